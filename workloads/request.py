@@ -1,7 +1,7 @@
 """One request of a trace: what arrives, when, and how much it will generate."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(slots=True, frozen=True)
@@ -16,7 +16,7 @@ class Request:
 
     id: int
     arrival_s: float
-    prompt_token_ids: tuple[int, ...]
+    prompt_token_ids: tuple[int, ...] = field(repr=False)
     output_len: int
     n: int = 1
     beam_width: int = 1

@@ -1,0 +1,1 @@
+"""Engines: KV-memory managers, schedulers, the engine loop and the executors."""

@@ -1,0 +1,24 @@
+"""Map an engine config to its scheduler and KV manager."""
+from __future__ import annotations
+
+from engines.config import EngineConfig, SchedulerLimits
+from engines.kv_contiguous import ContiguousKV
+from engines.kv_paged import PagedKV
+from engines.reservation import Reservation
+from engines.scheduler_iteration import IterationScheduler
+from engines.scheduler_static import StaticScheduler
+
+
+def build_scheduler(engine: EngineConfig, limits: SchedulerLimits, capacity_slots: int):
+    """A scheduler over `capacity_slots` KV token slots: the same budget whichever engine it is."""
+    if capacity_slots < 1:
+        raise ValueError(f"the KV budget holds {capacity_slots} token slots; nothing can run")
+    if engine.name == "static":
+        kv = ContiguousKV(capacity_slots, Reservation.MAX, limits.max_seq_len, engine.allocator)
+        return StaticScheduler(kv, limits)
+    if engine.name == "orca":
+        kv = ContiguousKV(capacity_slots, Reservation(engine.reservation), limits.max_seq_len, engine.allocator)
+        return IterationScheduler(kv, limits)
+    if capacity_slots < engine.block_size:
+        raise ValueError(f"the KV budget of {capacity_slots} slots holds no block of {engine.block_size}")
+    return IterationScheduler(PagedKV(capacity_slots, engine.block_size, engine.watermark), limits)

@@ -1,0 +1,67 @@
+"""Engine and scheduler-limit configs, checked when built."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from engines.arena import ALLOCATORS
+from engines.reservation import Reservation
+
+ENGINES = ("static", "orca", "paged")
+
+
+def from_mapping(cls, d: dict, what: str):
+    """Build dataclass `cls` from a plain mapping; an unknown key names the valid ones."""
+    valid = [f.name for f in fields(cls)]
+    unknown = sorted(set(d) - set(valid))
+    if unknown:
+        raise ValueError(f"unknown {what} key(s) {unknown}; valid keys: {valid}")
+    return cls(**d)
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    name: str
+    reservation: str = "max"    # orca: max | pow2 | oracle (static always reserves max_seq_len)
+    allocator: str = "buddy"    # static and orca: buddy | first_fit
+    block_size: int = 16        # paged
+    watermark: float = 0.01     # paged: fraction of blocks admission leaves free (vLLM's default)
+
+    def __post_init__(self) -> None:
+        if self.name not in ENGINES:
+            raise ValueError(f"unknown engine {self.name!r}; valid: {list(ENGINES)}")
+        if self.name == "static" and self.reservation != "max":
+            raise ValueError("the static engine always reserves max_seq_len: engine.reservation must be max")
+        valid = [r.value for r in Reservation]
+        if self.reservation not in valid:
+            raise ValueError(f"engine.reservation={self.reservation!r} is not one of {valid}")
+        if self.allocator not in ALLOCATORS:
+            raise ValueError(f"engine.allocator={self.allocator!r} is not one of {sorted(ALLOCATORS)}")
+        bs = self.block_size
+        if not isinstance(bs, int) or bs < 1 or bs & (bs - 1) or bs > 1024:
+            raise ValueError(f"engine.block_size must be a power of two from 1 to 1024, got {bs!r}")
+        if not 0.0 <= self.watermark < 1.0:
+            raise ValueError(f"engine.watermark must be in [0, 1), got {self.watermark!r}")
+
+    @property
+    def label(self) -> str:
+        """The engine variant as reports name it: static, orca-max, orca-pow2, orca-oracle, paged."""
+        return f"orca-{self.reservation}" if self.name == "orca" else self.name
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "EngineConfig":
+        return from_mapping(cls, d, "engine")
+
+
+@dataclass(slots=True)
+class SchedulerLimits:
+    """Limits every engine shares (vLLM's defaults)."""
+
+    max_num_seqs: int = 256             # sequences in one iteration
+    max_num_batched_tokens: int = 2048  # tokens in one prefill iteration
+    max_seq_len: int = 2048             # prompt + output of one request (the model's context)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"limits.{f.name} must be a positive integer, got {value!r}")

@@ -1,0 +1,50 @@
+"""KV memory for the contiguous engines: one region per request, sized by a reservation policy at admission."""
+from __future__ import annotations
+
+from engines.arena import ContiguousArena
+from engines.memory_split import Holding, MemorySplit, split_memory
+from engines.reservation import Reservation
+from engines.sequence import Sequence
+
+
+class ContiguousKV:
+    def __init__(self, capacity: int, reservation: Reservation, max_seq_len: int, allocator: str = "buddy"):
+        self.capacity = capacity
+        self.reservation = reservation
+        self.max_seq_len = max_seq_len
+        self.arena = ContiguousArena(capacity, allocator)
+
+    def describe(self) -> str:
+        return (f"contiguous arena of {self.capacity:,} slots, {self.arena.allocator_name} allocator, "
+                f"reservation={self.reservation.value}")
+
+    def region_size(self, seq: Sequence) -> int:
+        return self.reservation.slots(seq.prompt_len, seq.request.output_len, self.max_seq_len)
+
+    def rejection(self, seq: Sequence) -> str | None:
+        """Why `seq` could never be admitted, or None."""
+        need = self.arena.taken_size(self.region_size(seq))
+        if need > self.arena.max_region:
+            return (f"needs a contiguous region of {need} slots; the largest the arena "
+                    f"of {self.capacity} slots can hold is {self.arena.max_region}")
+        return None
+
+    def try_admit(self, seq: Sequence) -> bool:
+        return self.arena.allocate(seq.id, self.region_size(seq)) is not None
+
+    def grow(self, seq: Sequence) -> bool:
+        """Make room for the token the next iteration produces; the region was sized at admission."""
+        return seq.length + 1 <= self.arena.regions[seq.id].requested
+
+    def free(self, seq: Sequence) -> None:
+        self.arena.free(seq.id)
+
+    def holds(self, seq: Sequence) -> bool:
+        return seq.id in self.arena.regions
+
+    def split(self, held: list[Sequence], next_waiting: Sequence | None) -> MemorySplit:
+        regions = self.arena.regions
+        holdings = [Holding(s.length, s.final_len, regions[s.id].requested, regions[s.id].taken)
+                    for s in held]
+        need = self.region_size(next_waiting) if next_waiting is not None else 0
+        return split_memory(self.capacity, holdings, self.arena.free_slots(), self.arena.unusable_free(need))

@@ -1,0 +1,78 @@
+"""The engine loop: release arrivals, schedule an iteration, execute it, account for it."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+import time
+
+from tqdm import tqdm
+
+from engines.sequence import Sequence
+from workloads.request import Request
+
+ITERATION_COLUMNS = (
+    "start_s", "duration_s", "prefill_seqs", "prefill_tokens", "decode_seqs", "decode_rows",
+    "batch_size", "num_held", "num_waiting", "preempted",
+    "token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free",
+)
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """Everything a run produced, before it is turned into tables."""
+
+    capacity_slots: int
+    iterations: list[tuple] = field(default_factory=list)   # rows in ITERATION_COLUMNS order
+    sequences: list[Sequence] = field(default_factory=list)
+    end_s: float = 0.0
+    wall_s: float = 0.0
+
+
+def run_engine(requests: list[Request], scheduler, executor, progress: bool | None = None) -> RunRecord:
+    """Serve `requests` to completion and record every iteration.
+
+    `executor.execute(batch)` returns the iteration's duration in seconds;
+    `executor.wait_until(now, t)` returns the time after idling until `t`.
+    The split of KV memory is read after each iteration, before finished
+    requests release their memory, so it shows what the iteration held.
+    """
+    capacity = scheduler.kv.capacity
+    record = RunRecord(capacity_slots=capacity)
+    pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.id)))
+    now = 0.0
+    wall_start = time.perf_counter()
+    # progress None: a bar only on a terminal.
+    bar = tqdm(total=len(requests), unit="req", desc="requests", leave=False,
+               disable=None if progress is None else not progress)
+    rows = record.iterations
+    while pending or scheduler.has_work():
+        while pending and pending[0].arrival_s <= now:
+            seq = Sequence(pending.popleft())
+            record.sequences.append(seq)
+            if not scheduler.add(seq, now):
+                bar.update(1)
+        batch = scheduler.schedule(now) if scheduler.has_work() else None
+        if batch is None:
+            if pending:
+                now = executor.wait_until(now, pending[0].arrival_s)
+                continue
+            if scheduler.has_work():
+                raise RuntimeError("the scheduler holds requests but scheduled nothing, and none is due")
+            break
+        start = now
+        duration = executor.execute(batch)
+        now = start + duration
+        for seq in batch.advancing():
+            seq.record_token(now)
+        split = scheduler.memory_split()
+        held = len(scheduler.held())
+        finished = scheduler.release_finished()
+        rows.append((start, duration, len(batch.prefill), sum(batch.prefill_lens), len(batch.decode),
+                     len(batch.decode_context_lens), batch.num_seqs, held, len(scheduler.waiting),
+                     batch.preempted) + split.as_tuple())
+        if finished:
+            bar.update(len(finished))
+    bar.close()
+    record.end_s = now
+    record.wall_s = time.perf_counter() - wall_start
+    return record

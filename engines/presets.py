@@ -1,0 +1,31 @@
+"""Load a model or hardware preset (conf/model/NAME.yaml, conf/hardware/NAME.yaml) outside Hydra."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from engines.hardware import HardwareSpec
+from engines.model_spec import ModelSpec
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+def available(group: str) -> list[str]:
+    """Preset names of a config group ("model" or "hardware")."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def _load(group: str, name: str) -> dict:
+    names = available(group)
+    if name not in names:
+        raise ValueError(f"unknown {group} preset {name!r}; available: {names}")
+    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{name}.yaml"), resolve=True)
+
+
+def load_model(name: str) -> ModelSpec:
+    return ModelSpec.from_dict(_load("model", name))
+
+
+def load_hardware(name: str) -> HardwareSpec:
+    return HardwareSpec.from_dict(_load("hardware", name))

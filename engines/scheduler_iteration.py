@@ -1,0 +1,112 @@
+"""Iteration-level scheduling (Orca, vLLM): requests join and leave the batch at every iteration.
+
+Each iteration is either a prefill of newly admitted requests (preferred
+whenever one can be admitted) or a decode step of every running sequence.
+Admission is FCFS: the head of the queue is admitted while the KV manager
+can hold it, the token budget allows, and fewer than `max_num_seqs` run.
+When a running sequence needs memory the manager cannot give (paged), the
+most recently admitted sequence is preempted by recomputation: its memory
+is freed and it goes back to the front of the queue, keeping its output.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from engines.batch import Batch
+from engines.config import SchedulerLimits
+from engines.memory_split import MemorySplit
+from engines.sequence import Sequence, Status
+
+
+class IterationScheduler:
+    def __init__(self, kv, limits: SchedulerLimits):
+        self.kv = kv
+        self.limits = limits
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []   # in admission order
+        self._admissions = 0
+
+    def add(self, seq: Sequence, now: float) -> bool:
+        """Queue an arrived request; False (and the sequence rejected) if it can never run."""
+        reason = self.kv.rejection(seq)
+        if reason is None and seq.final_len > self.limits.max_seq_len:
+            reason = f"prompt + output = {seq.final_len} exceeds max_seq_len {self.limits.max_seq_len}"
+        if reason is None and seq.final_len - 1 > self.limits.max_num_batched_tokens:
+            reason = (f"a recompute of up to {seq.final_len - 1} tokens exceeds "
+                      f"max_num_batched_tokens {self.limits.max_num_batched_tokens}")
+        if reason is not None:
+            seq.status, seq.rejected_reason, seq.finish_s = Status.REJECTED, reason, now
+            return False
+        self.waiting.append(seq)
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self, now: float) -> Batch | None:
+        batch = self._admit(now)
+        if batch is not None:
+            return batch
+        return self._decode()
+
+    def _admit(self, now: float) -> Batch | None:
+        admitted, lens, tokens = [], [], 0
+        while self.waiting and len(self.running) + len(admitted) < self.limits.max_num_seqs:
+            seq = self.waiting[0]
+            if tokens + seq.length > self.limits.max_num_batched_tokens:
+                break
+            if not self.kv.try_admit(seq):
+                break
+            self.waiting.popleft()
+            seq.status = Status.RUNNING
+            if seq.admitted_s is None:
+                seq.admitted_s = now
+            admitted.append(seq)
+            lens.append(seq.length)
+            tokens += seq.length
+        if not admitted:
+            return None
+        self.running.extend(admitted)
+        return Batch(prefill=admitted, prefill_lens=lens)
+
+    def _decode(self) -> Batch | None:
+        if not self.running:
+            return None
+        preempted = 0
+        i = 0
+        while i < len(self.running):
+            seq = self.running[i]
+            while not self.kv.grow(seq):
+                victim = self.running.pop()
+                self._preempt(victim)
+                preempted += 1
+                if victim is seq:
+                    break
+            else:
+                i += 1
+        if not self.running:
+            # Cannot happen: add() rejects a request that would not fit an empty pool.
+            raise RuntimeError(f"every running sequence was preempted ({preempted}); KV manager: {self.kv.describe()}")
+        return Batch(decode=list(self.running), decode_context_lens=[s.length for s in self.running],
+                     preempted=preempted)
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.kv.free(seq)
+        seq.status = Status.WAITING
+        seq.preemptions += 1
+        self.waiting.appendleft(seq)
+
+    def held(self) -> list[Sequence]:
+        return self.running
+
+    def memory_split(self) -> MemorySplit:
+        return self.kv.split(self.running, self.waiting[0] if self.waiting else None)
+
+    def release_finished(self) -> list[Sequence]:
+        finished = [s for s in self.running if s.done]
+        if finished:
+            for seq in finished:
+                seq.status = Status.FINISHED
+                self.kv.free(seq)
+            self.running = [s for s in self.running if not s.done]
+        return finished

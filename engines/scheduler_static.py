@@ -1,0 +1,93 @@
+"""Request-level batching (FasterTransformer with a dynamic batcher in front, as the paper built it).
+
+When no batch is running, up to B earliest-arrived requests form one batch;
+B is however many regions of `max_seq_len` slots the KV budget holds (and at
+most `max_num_seqs`). Prompts are padded to the batch's longest. The batch
+runs until its last request finishes: a finished request stays in it as
+padding (its row is still computed and its region still held), and no
+request joins mid-batch.
+"""
+from __future__ import annotations
+
+from collections import deque
+
+from engines.batch import Batch
+from engines.config import SchedulerLimits
+from engines.memory_split import MemorySplit
+from engines.sequence import Sequence, Status
+
+
+class StaticScheduler:
+    def __init__(self, kv, limits: SchedulerLimits):
+        self.kv = kv   # a ContiguousKV with the MAX reservation
+        self.limits = limits
+        self.waiting: deque[Sequence] = deque()
+        self.batch: list[Sequence] = []
+        self._padded_prompt = 0
+        self._prefilled = 0      # members of the batch whose (padded) prompt has been processed
+        self._decode_steps = 0
+
+    def add(self, seq: Sequence, now: float) -> bool:
+        reason = self.kv.rejection(seq)
+        if reason is None and seq.final_len > self.limits.max_seq_len:
+            reason = f"prompt + output = {seq.final_len} exceeds max_seq_len {self.limits.max_seq_len}"
+        if reason is None and seq.prompt_len > self.limits.max_num_batched_tokens:
+            reason = f"prompt {seq.prompt_len} exceeds max_num_batched_tokens {self.limits.max_num_batched_tokens}"
+        if reason is not None:
+            seq.status, seq.rejected_reason, seq.finish_s = Status.REJECTED, reason, now
+            return False
+        self.waiting.append(seq)
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.batch)
+
+    def schedule(self, now: float) -> Batch | None:
+        if not self.batch and not self._form_batch(now):
+            return None
+        if self._prefilled < len(self.batch):
+            return self._prefill_chunk()
+        self._decode_steps += 1
+        live = [s for s in self.batch if not s.done]
+        context = self._padded_prompt + self._decode_steps
+        return Batch(decode=live, decode_context_lens=[context] * len(self.batch))
+
+    def _form_batch(self, now: float) -> bool:
+        while self.waiting and len(self.batch) < self.limits.max_num_seqs:
+            seq = self.waiting[0]
+            if not self.kv.try_admit(seq):
+                break
+            self.waiting.popleft()
+            seq.status, seq.admitted_s = Status.RUNNING, now
+            self.batch.append(seq)
+        if not self.batch:
+            return False
+        self._padded_prompt = max(s.prompt_len for s in self.batch)
+        self._prefilled = self._decode_steps = 0
+        return True
+
+    def _prefill_chunk(self) -> Batch:
+        per_chunk = max(1, self.limits.max_num_batched_tokens // self._padded_prompt)
+        chunk = self.batch[self._prefilled:self._prefilled + per_chunk]
+        self._prefilled += len(chunk)
+        return Batch(prefill=chunk, prefill_lens=[self._padded_prompt] * len(chunk))
+
+    def _end_batch(self) -> None:
+        for seq in self.batch:
+            self.kv.free(seq)
+        self.batch = []
+
+    def held(self) -> list[Sequence]:
+        return self.batch
+
+    def memory_split(self) -> MemorySplit:
+        return self.kv.split(self.batch, self.waiting[0] if self.waiting else None)
+
+    def release_finished(self) -> list[Sequence]:
+        """Mark finished requests; their regions stay held until the whole batch ends."""
+        finished = [s for s in self.batch if s.done and s.status is Status.RUNNING]
+        for seq in finished:
+            seq.status = Status.FINISHED
+        if all(s.done for s in self.batch):
+            self._end_batch()
+        return finished

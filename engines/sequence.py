@@ -1,0 +1,55 @@
+"""A request's life inside an engine: waiting, running, finished or rejected."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from workloads.request import Request
+
+
+class Status(str, Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    request: Request
+    status: Status = Status.WAITING
+    generated: int = 0                  # output tokens produced so far (kept across a recompute)
+    first_token_s: float | None = None
+    finish_s: float | None = None
+    admitted_s: float | None = None     # first admission
+    preemptions: int = 0
+    rejected_reason: str | None = None
+
+    @property
+    def id(self) -> int:
+        return self.request.id
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.request.prompt_token_ids)
+
+    @property
+    def length(self) -> int:
+        """Tokens the sequence holds in KV slots: prompt plus every generated token."""
+        return self.prompt_len + self.generated
+
+    @property
+    def final_len(self) -> int:
+        return self.prompt_len + self.request.output_len
+
+    @property
+    def done(self) -> bool:
+        return self.generated >= self.request.output_len
+
+    def record_token(self, now: float) -> None:
+        """One new output token, produced by the iteration that ended at `now`."""
+        self.generated += 1
+        if self.first_token_s is None:
+            self.first_token_s = now
+        if self.done:
+            self.finish_s = now

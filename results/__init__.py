@@ -1,0 +1,1 @@
+"""What a run records and how it is summarised."""

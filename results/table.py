@@ -1,0 +1,34 @@
+"""The compact table printed at the end of a run."""
+from __future__ import annotations
+
+ROWS = (
+    ("requests finished / rejected", lambda s: f"{s['num_finished']} / {s['num_rejected']}"),
+    ("throughput (req/s)", lambda s: f"{s['requests_per_s']:.3f}"),
+    ("output tokens/s", lambda s: f"{s['output_tokens_per_s']:.1f}"),
+    ("prompt+output tokens/s", lambda s: f"{s['total_tokens_per_s']:.1f}"),
+    ("mean decode batch size", lambda s: f"{s['mean_batch_size']:.2f}"),
+    ("KV token states %", lambda s: f"{100 * s['mem_token_states']:.1f}"),
+    ("KV reservation %", lambda s: f"{100 * s['mem_reservation']:.1f}"),
+    ("KV internal frag. %", lambda s: f"{100 * s['mem_internal_fragmentation']:.1f}"),
+    ("KV external frag. & others %", lambda s: f"{100 * s['mem_external_fragmentation']:.1f}"),
+    ("KV free %", lambda s: f"{100 * s['mem_free']:.1f}"),
+    ("norm. latency mean/p50/p99 (s/tok)",
+     lambda s: f"{s['norm_latency_s_mean']:.4f} / {s['norm_latency_s_p50']:.4f} / {s['norm_latency_s_p99']:.4f}"),
+    ("TTFT mean/p99 (s)", lambda s: f"{s['ttft_s_mean']:.3f} / {s['ttft_s_p99']:.3f}"),
+    ("TPOT mean/p99 (s)", lambda s: f"{s['tpot_s_mean']:.4f} / {s['tpot_s_p99']:.4f}"),
+    ("preemptions", lambda s: f"{s['num_preemptions']}"),
+    ("iterations", lambda s: f"{s['num_iterations']}"),
+)
+
+
+def format_summary(summary: dict, title: str) -> str:
+    lines = [title]
+    width = max(len(name) for name, _ in ROWS)
+    for name, fmt in ROWS:
+        try:
+            value = fmt(summary)
+        except (TypeError, ValueError, KeyError):
+            value = "n/a"
+        lines.append(f"  {name:<{width}}  {value.replace('nan', 'n/a')}")
+    return "\n".join(lines)
+

@@ -1,0 +1,28 @@
+"""A RunRecord as two tables: one row per iteration, one row per request."""
+from __future__ import annotations
+
+import pandas as pd
+
+from engines.loop import ITERATION_COLUMNS, RunRecord
+
+REQUEST_COLUMNS = ("id", "arrival_s", "admitted_s", "first_token_s", "finish_s", "prompt_len",
+                   "output_len", "preemptions", "status", "rejected_reason")
+
+
+def iterations_frame(record: RunRecord) -> pd.DataFrame:
+    """Memory columns are token slots; `capacity_slots` is the KV budget they split."""
+    df = pd.DataFrame.from_records(record.iterations, columns=list(ITERATION_COLUMNS))
+    df.insert(0, "iteration", range(len(df)))
+    df["capacity_slots"] = record.capacity_slots
+    return df
+
+
+def requests_frame(record: RunRecord) -> pd.DataFrame:
+    rows = [(s.id, s.request.arrival_s, s.admitted_s, s.first_token_s, s.finish_s, s.prompt_len,
+             s.request.output_len, s.preemptions, s.status.value, s.rejected_reason)
+            for s in sorted(record.sequences, key=lambda s: s.id)]
+    df = pd.DataFrame.from_records(rows, columns=list(REQUEST_COLUMNS))
+    for col in ("admitted_s", "first_token_s", "finish_s"):
+        df[col] = df[col].astype("float64")
+    df["rejected_reason"] = df["rejected_reason"].astype("string")
+    return df

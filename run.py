@@ -1,0 +1,95 @@
+"""pagedbench entry point: compose the config, build the trace and the engine, run, record.
+
+    python run.py engine=paged workload=sharegpt
+    python run.py -m engine=static,orca_max,orca_pow2,orca_oracle,paged
+"""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+from engines.budget import kv_budget
+from engines.build import build_scheduler
+from engines.config import EngineConfig, SchedulerLimits
+from engines.cost_model import CostModel
+from engines.hardware import HardwareSpec
+from engines.loop import run_engine
+from engines.model_spec import ModelSpec
+from engines.sim_executor import SimExecutor
+from results.store import save_run, write_json
+from results.summary import summarize
+from results.table import format_summary
+from results.tables import iterations_frame, requests_frame
+from workloads import WorkloadConfig, build_workload, format_stats, trace_stats
+
+log = logging.getLogger("pagedbench")
+BACKENDS = ("sim",)
+
+
+def plain(node) -> dict:
+    return OmegaConf.to_container(node, resolve=True)
+
+
+def run(cfg: DictConfig, run_dir: Path) -> dict:
+    engine = EngineConfig.from_dict(plain(cfg.engine))
+    workload = WorkloadConfig.from_dict(plain(cfg.workload))
+    model = ModelSpec.from_dict(plain(cfg.model))
+    hardware = HardwareSpec.from_dict(plain(cfg.hardware))
+    if cfg.backend.name not in BACKENDS:
+        raise ValueError(f"backend={cfg.backend.name!r} is not one of {list(BACKENDS)}")
+    limits_cfg = plain(cfg.limits)
+    if limits_cfg.get("max_seq_len") is None:
+        limits_cfg["max_seq_len"] = model.max_seq_len
+    limits = SchedulerLimits(**limits_cfg)
+
+    budget = kv_budget(model, hardware, cfg.gpu_memory_utilization,
+                       limits.max_num_batched_tokens, limits.max_num_seqs)
+    log.info("%s on %s x%d: %s", model.name, hardware.name, model.tp, budget.describe())
+    requests = build_workload(workload)
+    log.info("%s", format_stats(trace_stats(requests), workload.name))
+    scheduler = build_scheduler(engine, limits, budget.num_slots)
+    log.info("engine %s: %s", engine.label, scheduler.kv.describe())
+
+    record = run_engine(requests, scheduler, SimExecutor(CostModel(model, hardware)), progress=cfg.progress)
+    iterations, reqs = iterations_frame(record), requests_frame(record)
+    summary = {
+        "engine": engine.label, "block_size": engine.block_size if engine.name == "paged" else None,
+        "workload": workload.name, "model": model.name, "hardware": hardware.name, "tp": model.tp,
+        "backend": cfg.backend.name, "kv_budget_bytes": budget.kv_bytes, "kv_budget_slots": budget.num_slots,
+        **summarize(iterations, reqs),
+        "wall_s": record.wall_s,
+        "iterations_per_wall_s": len(iterations) / record.wall_s if record.wall_s > 0 else None,
+    }
+    save_run(run_dir, iterations, reqs, summary)
+    rejected = reqs[reqs["status"] == "rejected"]
+    if len(rejected):
+        log.warning("%d requests rejected, e.g. request %d: %s", len(rejected),
+                    rejected["id"].iloc[0], rejected["rejected_reason"].iloc[0])
+    title = (f"{engine.label} | {workload.name} x{len(requests)} | {model.name} on {hardware.name} | "
+             f"{cfg.backend.name} | {record.wall_s:.1f}s wall")
+    log.info("\n%s\nresults: %s", format_summary(summary, title), run_dir)
+    return summary
+
+
+@hydra.main(version_base=None, config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    hydra_cfg = HydraConfig.get()
+    run_dir = Path(hydra_cfg.runtime.output_dir)
+    try:
+        run(cfg, run_dir)
+    except ValueError as err:
+        # A bad value in the config or the data: one line, not a stack trace.
+        log.error("error: %s", err)
+        write_json({"error": str(err)}, run_dir / "error.json")
+        if hydra_cfg.mode != RunMode.MULTIRUN:
+            sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+import pytest
+
+from workloads.request import Request
+
+
+class UnitExecutor:
+    """Every iteration takes 1 s plus 1 ms per computed token: enough to order events in tests."""
+
+    def execute(self, batch):
+        return 1.0 + 1e-3 * batch.num_tokens
+
+    def wait_until(self, now, t):
+        return max(now, t)
+
+
+def make_request(i, prompt_len, output_len, arrival_s=0.0):
+    return Request(i, arrival_s, tuple(range(prompt_len)), output_len)
+
+
+@pytest.fixture
+def executor():
+    return UnitExecutor()

@@ -1,0 +1,116 @@
+"""The three engines' schedulers on small traces, with a unit-cost executor."""
+import random
+
+from hypothesis import given, settings, strategies as st
+import pytest
+
+from engines.build import build_scheduler
+from engines.config import EngineConfig, SchedulerLimits
+from engines.loop import ITERATION_COLUMNS, run_engine
+from engines.sequence import Status
+from tests.engines.conftest import UnitExecutor, make_request
+
+VARIANTS = [dict(name="static"), dict(name="orca", reservation="max"), dict(name="orca", reservation="pow2"),
+            dict(name="orca", reservation="oracle"), dict(name="paged", block_size=4, watermark=0.0)]
+MEM = slice(ITERATION_COLUMNS.index("token_states"), None)
+
+
+def serve(engine, requests, capacity, **limits):
+    limits.setdefault("max_seq_len", 64)
+    scheduler = build_scheduler(EngineConfig(**engine), SchedulerLimits(**limits), capacity)
+    return run_engine(requests, scheduler, UnitExecutor(), progress=False)
+
+
+def random_trace(n, seed, max_prompt=30, max_output=30, rate=None):
+    rng = random.Random(seed)
+    t = 0.0
+    out = []
+    for i in range(n):
+        if rate:
+            t += rng.expovariate(rate)
+        out.append(make_request(i, rng.randint(1, max_prompt), rng.randint(1, max_output), t))
+    return out
+
+
+@pytest.mark.parametrize("engine", VARIANTS, ids=lambda e: "-".join(map(str, e.values())))
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), capacity=st.integers(64, 400), rate=st.sampled_from([None, 0.5, 5.0]))
+def test_every_request_gets_its_tokens_and_the_split_sums_to_capacity(engine, seed, capacity, rate):
+    record = serve(engine, random_trace(25, seed, rate=rate), capacity)
+    for s in record.sequences:
+        assert s.status is Status.FINISHED
+        assert s.generated == s.request.output_len
+        assert s.request.arrival_s <= s.first_token_s <= s.finish_s
+    for row in record.iterations:
+        assert sum(row[MEM]) == capacity
+
+
+def test_static_batches_the_most_max_seq_len_regions_that_fit_and_pads():
+    reqs = [make_request(i, 2 + i, 3 if i else 9) for i in range(10)]
+    record = serve(dict(name="static"), reqs, capacity=200, max_seq_len=64)   # 3 regions of 64
+    first_decode = next(r for r in record.iterations if r[ITERATION_COLUMNS.index("decode_seqs")])
+    cols = {c: first_decode[i] for i, c in enumerate(ITERATION_COLUMNS)}
+    assert cols["decode_rows"] == 3
+    # Request 0 generates 9 tokens, 1 and 2 only 3: they stay in the batch as padding rows.
+    rows = [dict(zip(ITERATION_COLUMNS, r)) for r in record.iterations if r[4]]
+    batch1 = rows[:8]
+    assert [r["decode_rows"] for r in batch1] == [3] * 8
+    assert [r["decode_seqs"] for r in batch1] == [3, 3, 1, 1, 1, 1, 1, 1]
+    # Nobody joins mid-batch: request 3 is admitted only after request 0 finished.
+    seqs = {s.id: s for s in record.sequences}
+    assert seqs[3].admitted_s >= seqs[0].finish_s
+
+
+def test_orca_admits_fcfs_while_a_region_fits():
+    reqs = [make_request(0, 10, 10), make_request(1, 50, 10), make_request(2, 1, 1)]
+    record = serve(dict(name="orca", reservation="oracle", allocator="first_fit"), reqs, capacity=70)
+    seqs = {s.id: s for s in record.sequences}
+    # Request 1 needs 60 slots while 0 holds 20 of 70: it waits, and 2 waits behind it (FCFS).
+    assert seqs[1].admitted_s >= seqs[0].finish_s
+    assert seqs[2].admitted_s >= seqs[1].admitted_s
+
+
+def test_paged_preempts_the_latest_admitted_and_recomputes():
+    reqs = [make_request(i, 4, 20) for i in range(4)]
+    record = serve(dict(name="paged", block_size=4, watermark=0.0), reqs, capacity=48)   # 12 blocks
+    seqs = {s.id: s for s in record.sequences}
+    assert sum(r[ITERATION_COLUMNS.index("preempted")] for r in record.iterations) > 0
+    assert seqs[3].preemptions >= 1 and seqs[0].preemptions == 0
+    assert all(s.generated == 20 for s in seqs.values())
+    recompute = [r[ITERATION_COLUMNS.index("prefill_tokens")] for r in record.iterations if r[2]][1:]
+    assert any(t > 4 for t in recompute)    # a recompute prefills the prompt and the output so far
+
+
+@pytest.mark.parametrize("engine", VARIANTS, ids=lambda e: e["name"] + e.get("reservation", ""))
+def test_a_request_that_can_never_fit_is_rejected_with_a_reason(engine):
+    reqs = [make_request(0, 5, 5), make_request(1, 40, 20), make_request(2, 5, 5)]
+    record = serve(engine, reqs, capacity=40, max_seq_len=64)
+    seqs = {s.id: s for s in record.sequences}
+    assert seqs[1].status is Status.REJECTED and seqs[1].rejected_reason
+    if engine["name"] == "paged" or engine.get("reservation") in ("pow2", "oracle"):
+        assert seqs[0].status is seqs[2].status is Status.FINISHED
+    else:   # reserving max_seq_len = 64 slots per request: nothing fits a budget of 40
+        assert all(s.status is Status.REJECTED for s in seqs.values())
+
+
+def test_too_long_for_max_seq_len_is_rejected():
+    record = serve(dict(name="paged"), [make_request(0, 60, 10)], capacity=4096, max_seq_len=64)
+    assert "max_seq_len" in record.sequences[0].rejected_reason
+
+
+def test_max_num_seqs_and_token_budget_bound_every_iteration():
+    record = serve(dict(name="paged", block_size=4), random_trace(60, 1), capacity=10_000,
+                   max_num_seqs=5, max_num_batched_tokens=64)
+    for row in record.iterations:
+        r = dict(zip(ITERATION_COLUMNS, row))
+        assert r["batch_size"] <= 5 and r["prefill_tokens"] <= 64
+
+
+def test_paged_batches_more_than_orca_max_on_the_same_trace():
+    reqs = random_trace(80, 3, max_prompt=20, max_output=40)
+    batch = {}
+    for engine in (dict(name="orca", reservation="max"), dict(name="paged", block_size=4)):
+        record = serve(engine, reqs, capacity=512, max_seq_len=64)
+        decode = [dict(zip(ITERATION_COLUMNS, r))["batch_size"] for r in record.iterations if r[4]]
+        batch[engine["name"]] = sum(decode) / len(decode)
+    assert batch["paged"] > 2 * batch["orca"]

@@ -1,0 +1,118 @@
+"""What trace to build: dataset, length filters, sampling and arrivals."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+
+from workloads.length_dist import LengthDist
+
+NAMES = ("sharegpt", "alpaca", "synthetic")
+ARRIVALS = ("offline", "poisson", "gamma")
+
+
+@dataclass(slots=True)
+class WorkloadConfig:
+    """One trace, fully determined by these fields.
+
+    Dataset traces (sharegpt, alpaca) keep the pairs that pass vLLM's
+    benchmark filters: prompt and completion each >= `min_len` tokens,
+    prompt <= `max_prompt_len`, prompt + completion <= `max_total_len`.
+    Synthetic traces draw exactly `num_requests` lengths from `prompt_dist`
+    and `output_dist` and are not filtered: the distributions are the spec.
+
+    `request_rate` is in requests per second; `inf` (or None in a dict)
+    means no rate, which only `arrival="offline"` accepts. `burstiness` is
+    the gamma shape b (b = 1 is Poisson, b < 1 burstier, b > 1 smoother).
+    """
+
+    name: str
+    num_requests: int = 1000
+    seed: int = 0
+    path: str | None = None
+    tokenizer: str = "cl100k_base"
+    min_len: int = 4
+    max_prompt_len: int = 1024
+    max_total_len: int = 2048
+    arrival: str = "offline"
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    prompt_dist: LengthDist = field(default_factory=lambda: LengthDist(kind="fixed", value=512))
+    output_dist: LengthDist = field(default_factory=lambda: LengthDist(kind="fixed", value=128))
+
+    def __post_init__(self) -> None:
+        if self.name not in NAMES:
+            raise ValueError(f"workload name must be one of {list(NAMES)}, got {self.name!r}")
+        _check_int("num_requests", self.num_requests, minimum=1)
+        _check_int("seed", self.seed, minimum=0)
+        if self.path is not None and (not isinstance(self.path, str) or not self.path):
+            raise ValueError(f"path must be a non-empty string or None, got {self.path!r}")
+        if self.name == "synthetic" and self.path is not None:
+            raise ValueError(f"the synthetic workload reads no file, but path={self.path!r} was given")
+        if not isinstance(self.tokenizer, str) or self.tokenizer in ("", "hf:"):
+            raise ValueError(
+                f"tokenizer must be an encoding name like 'cl100k_base' or 'hf:/local/dir', got {self.tokenizer!r}"
+            )
+        _check_int("min_len", self.min_len, minimum=1)
+        _check_int("max_prompt_len", self.max_prompt_len, minimum=self.min_len)
+        _check_int("max_total_len", self.max_total_len, minimum=2 * self.min_len)
+        self._check_arrivals()
+        for name in ("prompt_dist", "output_dist"):
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                setattr(self, name, LengthDist.from_dict(value))
+            elif not isinstance(value, LengthDist):
+                raise ValueError(f"{name} must be a LengthDist or a dict, got {type(value).__name__}")
+
+    def _check_arrivals(self) -> None:
+        if self.arrival not in ARRIVALS:
+            raise ValueError(f"arrival must be one of {list(ARRIVALS)}, got {self.arrival!r}")
+        if self.request_rate is None:
+            self.request_rate = math.inf
+        if isinstance(self.request_rate, bool) or not isinstance(self.request_rate, (int, float)):
+            raise ValueError(f"request_rate must be a number, got {self.request_rate!r}")
+        self.request_rate = float(self.request_rate)
+        if isinstance(self.burstiness, bool) or not isinstance(self.burstiness, (int, float)):
+            raise ValueError(f"burstiness must be a number, got {self.burstiness!r}")
+        self.burstiness = float(self.burstiness)
+        if not (math.isfinite(self.burstiness) and self.burstiness > 0):
+            raise ValueError(f"burstiness must be finite and > 0, got {self.burstiness}")
+        if self.arrival == "offline":
+            if self.request_rate != math.inf:
+                raise ValueError(
+                    f"arrival='offline' sends every request at t=0, so request_rate={self.request_rate} "
+                    "would be ignored; use arrival=poisson or gamma, or leave request_rate at inf"
+                )
+        elif not (math.isfinite(self.request_rate) and self.request_rate > 0):
+            raise ValueError(
+                f"arrival={self.arrival!r} needs a finite request_rate > 0 (req/s), got {self.request_rate}"
+            )
+        if self.arrival != "gamma" and self.burstiness != 1.0:
+            raise ValueError(
+                f"burstiness={self.burstiness} only applies to arrival='gamma', got arrival={self.arrival!r}"
+            )
+
+    @classmethod
+    def from_dict(cls, d: dict) -> WorkloadConfig:
+        """Build from a plain dict, e.g. `OmegaConf.to_container(cfg.workload, resolve=True)`.
+
+        `request_rate` may be `.inf` or None (both mean no rate); nested
+        `prompt_dist` / `output_dist` dicts become LengthDist.
+        """
+        valid = [f.name for f in fields(cls)]
+        for key in d:
+            if key not in valid:
+                raise ValueError(f"unknown workload key {key!r}; valid keys: {valid}")
+        if "name" not in d:
+            raise ValueError(f"workload config needs a 'name', one of {list(NAMES)}")
+        kwargs = dict(d)
+        for key in ("prompt_dist", "output_dist"):
+            if isinstance(kwargs.get(key), dict):
+                kwargs[key] = LengthDist.from_dict(kwargs[key])
+        return cls(**kwargs)
+
+
+def _check_int(name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")

