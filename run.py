@@ -30,6 +30,21 @@ from workloads import WorkloadConfig, build_workload, format_stats, trace_stats
 
 log = logging.getLogger("pagedbench")
 BACKENDS = ("sim",)
+CONF = Path(__file__).resolve().parent / "conf"
+
+
+def bad_group_choice(argv: list[str]) -> str | None:
+    """One line naming the valid options, for a `group=option` argument whose option does not exist."""
+    for arg in argv:
+        key, sep, value = arg.lstrip("+~").partition("=")
+        group = CONF / key
+        if not sep or "." in key or not group.is_dir():
+            continue
+        options = sorted(p.stem for p in group.glob("*.yaml"))
+        for option in value.split(","):   # a multirun sweep lists several
+            if option and option != "null" and option not in options:
+                return f"{key}={option} is not an option; valid: {', '.join(options)}"
+    return None
 
 
 def plain(node) -> dict:
@@ -52,7 +67,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
                        limits.max_num_batched_tokens, limits.max_num_seqs)
     log.info("%s on %s x%d: %s", model.name, hardware.name, model.tp, budget.describe())
     requests = build_workload(workload)
-    log.info("%s", format_stats(trace_stats(requests), workload.name))
+    log.info("%s", format_stats(trace_stats(requests), workload.label))
     scheduler = build_scheduler(engine, limits, budget.num_slots)
     log.info("engine %s: %s", engine.label, scheduler.kv.describe())
 
@@ -60,7 +75,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     iterations, reqs = iterations_frame(record), requests_frame(record)
     summary = {
         "engine": engine.label, "block_size": engine.block_size if engine.name == "paged" else None,
-        "workload": workload.name, "model": model.name, "hardware": hardware.name, "tp": model.tp,
+        "workload": workload.label, "model": model.name, "hardware": hardware.name, "tp": model.tp,
         "backend": cfg.backend.name, "kv_budget_bytes": budget.kv_bytes, "kv_budget_slots": budget.num_slots,
         **summarize(iterations, reqs),
         "wall_s": record.wall_s,
@@ -71,7 +86,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if len(rejected):
         log.warning("%d requests rejected, e.g. request %d: %s", len(rejected),
                     rejected["id"].iloc[0], rejected["rejected_reason"].iloc[0])
-    title = (f"{engine.label} | {workload.name} x{len(requests)} | {model.name} on {hardware.name} | "
+    title = (f"{engine.label} | {workload.label} x{len(requests)} | {model.name} on {hardware.name} | "
              f"{cfg.backend.name} | {record.wall_s:.1f}s wall")
     log.info("\n%s\nresults: %s", format_summary(summary, title), run_dir)
     return summary
@@ -92,4 +107,8 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    problem = bad_group_choice(sys.argv[1:])
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()

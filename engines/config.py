@@ -4,18 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from engines.arena import ALLOCATORS
+from engines.config_mapping import build_from_mapping
 from engines.reservation import Reservation
 
 ENGINES = ("static", "orca", "paged")
-
-
-def from_mapping(cls, d: dict, what: str):
-    """Build dataclass `cls` from a plain mapping; an unknown key names the valid ones."""
-    valid = [f.name for f in fields(cls)]
-    unknown = sorted(set(d) - set(valid))
-    if unknown:
-        raise ValueError(f"unknown {what} key(s) {unknown}; valid keys: {valid}")
-    return cls(**d)
 
 
 @dataclass(slots=True)
@@ -49,7 +41,7 @@ class EngineConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "EngineConfig":
-        return from_mapping(cls, d, "engine")
+        return build_from_mapping(cls, d, "engine")
 
 
 @dataclass(slots=True)

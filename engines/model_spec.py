@@ -6,29 +6,15 @@ every engine sees the same model.
 """
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import dataclass, fields
+
+from engines.config_mapping import build_from_mapping
 
 ARCHS = ("opt", "llama")
 DTYPE_BYTES = (1, 2, 4)
 
 # OPT's learned positional embedding has 2 extra rows (HF OPTLearnedPositionalEmbedding offset).
 OPT_POSITION_OFFSET = 2
-
-
-def build_from_mapping(cls, d, what: str):
-    """Build dataclass `cls` from a plain mapping (a YAML preset).
-
-    An unknown key names the valid ones; a missing required key is named too.
-    """
-    d = dict(d)
-    valid = [f.name for f in fields(cls)]
-    unknown = sorted(set(d) - set(valid))
-    if unknown:
-        raise ValueError(f"unknown {what} key(s) {unknown}; valid keys: {valid}")
-    missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in d]
-    if missing:
-        raise ValueError(f"{what} is missing required key(s) {missing}")
-    return cls(**d)
 
 
 @dataclass(slots=True)

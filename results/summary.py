@@ -20,6 +20,16 @@ def distribution(values: pd.Series, prefix: str) -> dict[str, float]:
     return out
 
 
+def memory_split(iterations: pd.DataFrame, prefix: str) -> dict[str, float]:
+    """Each KV category's share of capacity, averaged over `iterations` weighted by their duration."""
+    busy = float(iterations["duration_s"].sum()) if len(iterations) else 0.0
+    if busy <= 0:
+        return {f"{prefix}_{cat}": math.nan for cat in CATEGORIES}
+    capacity = int(iterations["capacity_slots"].iloc[0])
+    return {f"{prefix}_{cat}": float((iterations[cat] * iterations["duration_s"]).sum()) / busy / capacity
+            for cat in CATEGORIES}
+
+
 def summarize(iterations: pd.DataFrame, requests: pd.DataFrame) -> dict[str, float | int]:
     """Throughput, batch size, time-averaged KV split and latency distributions.
 
@@ -42,16 +52,17 @@ def summarize(iterations: pd.DataFrame, requests: pd.DataFrame) -> dict[str, flo
         "total_tokens_per_s": rate(int(done["output_len"].sum() + done["prompt_len"].sum())),
         "num_iterations": int(len(iterations)),
         "num_preemptions": int(iterations["preempted"].sum()) if len(iterations) else 0,
+        "kv_capacity_slots": int(iterations["capacity_slots"].iloc[0]) if len(iterations) else 0,
     }
     decode = iterations[iterations["decode_seqs"] > 0]
     out["mean_batch_size"] = float(decode["batch_size"].mean()) if len(decode) else math.nan
     out["max_batch_size"] = int(iterations["batch_size"].max()) if len(iterations) else 0
-    busy = float(iterations["duration_s"].sum()) if len(iterations) else 0.0
-    capacity = int(iterations["capacity_slots"].iloc[0]) if len(iterations) else 0
-    for cat in CATEGORIES:
-        out[f"mem_{cat}"] = (float((iterations[cat] * iterations["duration_s"]).sum()) / busy / capacity
-                             if busy > 0 and capacity else math.nan)
-    out["kv_capacity_slots"] = capacity
+    out.update(memory_split(iterations, "mem"))
+    # The same split over the iterations during which a request waited: while memory limits admission.
+    out.update(memory_split(iterations[iterations["num_waiting"] > 0], "mem_waiting"))
+    out["waiting_time_fraction"] = (
+        float(iterations.loc[iterations["num_waiting"] > 0, "duration_s"].sum() / iterations["duration_s"].sum())
+        if len(iterations) and iterations["duration_s"].sum() > 0 else math.nan)
     out.update(distribution((done["finish_s"] - done["arrival_s"]) / done["output_len"], "norm_latency_s"))
     out.update(distribution(done["first_token_s"] - done["arrival_s"], "ttft_s"))
     multi = done[done["output_len"] > 1]

@@ -12,6 +12,8 @@ ROWS = (
     ("KV internal frag. %", lambda s: f"{100 * s['mem_internal_fragmentation']:.1f}"),
     ("KV external frag. & others %", lambda s: f"{100 * s['mem_external_fragmentation']:.1f}"),
     ("KV free %", lambda s: f"{100 * s['mem_free']:.1f}"),
+    ("KV token states % while requests wait",
+     lambda s: f"{100 * s['mem_waiting_token_states']:.1f} ({100 * s['waiting_time_fraction']:.0f}% of the time)"),
     ("norm. latency mean/p50/p99 (s/tok)",
      lambda s: f"{s['norm_latency_s_mean']:.4f} / {s['norm_latency_s_p50']:.4f} / {s['norm_latency_s_p99']:.4f}"),
     ("TTFT mean/p99 (s)", lambda s: f"{s['ttft_s_mean']:.3f} / {s['ttft_s_p99']:.3f}"),

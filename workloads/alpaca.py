@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 from workloads.cache import cached_pairs
@@ -26,9 +27,13 @@ def load_alpaca(path: str, tokenizer) -> TokenizedPairs:
         raise ValueError(f"Alpaca file {str(file)!r} does not exist")
 
     def build() -> tuple[TokenizedPairs, dict]:
+        start = time.perf_counter()
         pairs, info = read_alpaca(file)
-        log.info("alpaca: tokenizing %d pairs with %s", len(pairs), tokenizer.name)
-        return tokenize_pairs(pairs, tokenizer), info
+        read_s = time.perf_counter() - start
+        tokenized = tokenize_pairs(pairs, tokenizer)
+        log.info("alpaca: read %d pairs in %.1f s, tokenized them with %s in %.1f s",
+                 len(pairs), read_s, tokenizer.name, time.perf_counter() - start - read_s)
+        return tokenized, info
 
     pairs, info = cached_pairs("alpaca", LOADER_VERSION, file, tokenizer, build)
     log.info("alpaca: read %d records from %s, %d usable", info["records"], file, info["pairs"])

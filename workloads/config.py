@@ -91,6 +91,13 @@ class WorkloadConfig:
                 f"burstiness={self.burstiness} only applies to arrival='gamma', got arrival={self.arrival!r}"
             )
 
+    @property
+    def label(self) -> str:
+        """The trace's name in logs and stats; "alpaca_synthetic" when alpaca has no file."""
+        if self.name == "alpaca" and self.path is None:
+            return "alpaca_synthetic"
+        return self.name
+
     @classmethod
     def from_dict(cls, d: dict) -> WorkloadConfig:
         """Build from a plain dict, e.g. `OmegaConf.to_container(cfg.workload, resolve=True)`.

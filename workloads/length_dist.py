@@ -41,8 +41,8 @@ class LengthDist:
                     f"LengthDist(kind='uniform') needs 1 <= low <= high, got low={self.low} high={self.high}"
                 )
         else:
-            if self.mean is None or not (math.isfinite(self.mean) and self.mean >= 1):
-                raise ValueError(f"LengthDist(kind='lognormal') needs a finite mean >= 1, got mean={self.mean}")
+            if self.mean is None or not (math.isfinite(self.mean) and self.mean > 0):
+                raise ValueError(f"LengthDist(kind='lognormal') needs a finite mean > 0, got mean={self.mean}")
             if self.sigma is None or not (math.isfinite(self.sigma) and self.sigma >= 0):
                 raise ValueError(
                     f"LengthDist(kind='lognormal') needs a finite sigma >= 0, got sigma={self.sigma}"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 from workloads.cache import cached_pairs
@@ -36,9 +37,13 @@ def _load(path: Path, tokenizer) -> TokenizedPairs:
         raise ValueError(f"ShareGPT file {str(path)!r} does not exist")
 
     def build() -> tuple[TokenizedPairs, dict]:
+        start = time.perf_counter()
         pairs, info = read_sharegpt(path)
-        log.info("sharegpt: tokenizing %d pairs with %s", len(pairs), tokenizer.name)
-        return tokenize_pairs(pairs, tokenizer), info
+        read_s = time.perf_counter() - start
+        tokenized = tokenize_pairs(pairs, tokenizer)
+        log.info("sharegpt: read %d pairs in %.1f s, tokenized them with %s in %.1f s",
+                 len(pairs), read_s, tokenizer.name, time.perf_counter() - start - read_s)
+        return tokenized, info
 
     pairs, info = cached_pairs("sharegpt", LOADER_VERSION, path, tokenizer, build)
     _report(path, info)

@@ -25,8 +25,8 @@ class BpeTokenizer:
 
         try:
             self._encoding = bpe_openai.get_encoding(encoding_name)
-        except (KeyError, ValueError) as err:
-            raise ValueError(f"unknown bpe_openai encoding {encoding_name!r}: {err}") from err
+        except Exception as err:  # unknown names, and encodings that need files not shipped offline
+            raise ValueError(f"cannot load bpe_openai encoding {encoding_name!r}: {err}") from err
         self.name = encoding_name
         self.fingerprint = f"bpe_openai:{encoding_name}"
 
@@ -43,11 +43,11 @@ class HfTokenizer:
     is counted where the model's tokenizer adds one."""
 
     def __init__(self, directory: str) -> None:
-        from transformers import AutoTokenizer
-
         path = Path(directory).expanduser().resolve()
         if not path.is_dir():
             raise ValueError(f"tokenizer directory {str(path)!r} does not exist")
+        from transformers import AutoTokenizer
+
         self._tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         self.name = f"{HF_PREFIX}{path}"
         files = sorted(p for p in path.iterdir() if p.is_file())

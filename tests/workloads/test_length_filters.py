@@ -1,0 +1,54 @@
+import numpy as np
+import pytest
+
+from workloads import WorkloadConfig, build_workload
+from workloads.filters import passes_filters
+
+
+@pytest.mark.parametrize(
+    "prompt_len, output_len, kept",
+    [
+        (3, 100, False),  # prompt under min_len
+        (4, 100, True),
+        (100, 3, False),  # completion under min_len
+        (100, 4, True),
+        (1024, 100, True),
+        (1025, 100, False),  # prompt over max_prompt_len
+        (1024, 1024, True),  # total exactly 2048
+        (1024, 1025, False),  # total 2049
+        (1000, 1048, True),
+        (1000, 1049, False),
+        (4, 2044, True),
+        (4, 2045, False),  # a short prompt with a completion that overflows the total
+    ],
+)
+def test_each_rule_and_its_boundary(prompt_len, output_len, kept):
+    mask = passes_filters(np.array([prompt_len]), np.array([output_len]), 4, 1024, 2048)
+    assert bool(mask[0]) is kept
+
+
+def test_filters_follow_the_config(write_sharegpt):
+    lengths = [(3, 10), (4, 10), (10, 3), (10, 4), (1024, 10), (1025, 10),
+               (1024, 1024), (1024, 1025), (1000, 1048), (1000, 1049)]
+    path = write_sharegpt(lengths)
+    kept = {(4, 10), (10, 4), (1024, 10), (1024, 1024), (1000, 1048)}
+    trace = build_workload(WorkloadConfig(name="sharegpt", path=str(path), num_requests=len(kept)))
+    assert {(r.prompt_len, r.output_len) for r in trace} == kept
+    with pytest.raises(ValueError, match="only 5 pairs pass"):
+        build_workload(WorkloadConfig(name="sharegpt", path=str(path), num_requests=len(kept) + 1))
+
+
+def test_looser_limits_keep_more(write_sharegpt):
+    path = write_sharegpt([(2, 10), (10, 2), (1500, 10)])
+    cfg = WorkloadConfig(name="sharegpt", path=str(path), num_requests=3, min_len=2,
+                         max_prompt_len=1500, max_total_len=1510)
+    assert sorted(r.prompt_len for r in build_workload(cfg)) == [2, 10, 1500]
+
+
+def test_synthetic_traces_are_not_filtered():
+    cfg = WorkloadConfig.from_dict({
+        "name": "synthetic", "num_requests": 5,
+        "prompt_dist": {"kind": "fixed", "value": 1}, "output_dist": {"kind": "fixed", "value": 3000},
+    })
+    trace = build_workload(cfg)
+    assert [(r.prompt_len, r.output_len) for r in trace] == [(1, 3000)] * 5

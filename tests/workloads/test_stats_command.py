@@ -1,0 +1,81 @@
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workloads import Request, format_stats, trace_stats
+from workloads.stats import main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def request(i, arrival, prompt_len, output_len):
+    return Request(id=i, arrival_s=arrival, prompt_token_ids=tuple(range(prompt_len)), output_len=output_len)
+
+
+def test_trace_stats_values():
+    trace = [request(0, 0.0, 10, 1), request(1, 1.0, 20, 3), request(2, 4.0, 30, 5), request(3, 4.0, 100, 7)]
+    stats = trace_stats(trace)
+    assert stats["count"] == 4
+    assert stats["prompt_mean"] == 40.0 and stats["prompt_p50"] == 25.0 and stats["prompt_max"] == 100
+    assert stats["output_mean"] == 4.0 and stats["output_max"] == 7
+    assert stats["prompt_tokens"] == 160 and stats["output_tokens"] == 16 and stats["total_tokens"] == 176
+    assert stats["duration_s"] == 4.0 and stats["offered_rate"] == 0.75
+
+
+def test_offline_rate_is_infinite():
+    stats = trace_stats([request(0, 0.0, 5, 5), request(1, 0.0, 5, 5)])
+    assert stats["duration_s"] == 0.0 and math.isinf(stats["offered_rate"])
+    assert "offline" in format_stats(stats, "x")
+
+
+def test_trace_stats_needs_requests():
+    with pytest.raises(ValueError, match="at least one request"):
+        trace_stats([])
+
+
+def test_format_stats_is_a_few_lines():
+    text = format_stats(trace_stats([request(0, 0.0, 10, 4), request(1, 2.0, 30, 8)]), "demo")
+    lines = text.splitlines()
+    assert lines[0].startswith("demo: 2 requests, 52 tokens")
+    assert "mean    20.00" in lines[1] and "mean     6.00" in lines[2]
+    assert "offered 0.500 req/s" in lines[3] and len(lines) == 4
+
+
+def test_command_prints_stats(capsys):
+    assert main(["synthetic", "num_requests=50", "arrival=poisson", "request_rate=2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("synthetic: 50 requests") and "req/s" in out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["synthetic", "bogus=1"], "unknown workload key 'bogus'"),
+        (["synthetic", "arrival=poisson"], "finite request_rate"),
+        (["nosuch"], "no workload config 'nosuch'"),
+        ([], "usage"),
+    ],
+)
+def test_command_errors_are_one_line(capsys, argv, message):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_command_reports_too_few_pairs(capsys, data_dir):
+    path = data_dir / "alpaca_small.json"
+    assert main(["alpaca", f"path={path}", "num_requests=10"]) == 1
+    assert "only 3 pairs" in capsys.readouterr().err
+
+
+def test_runs_as_a_module(cache_dir):
+    env = dict(os.environ, PAGEDBENCH_CACHE_DIR=str(cache_dir))
+    done = subprocess.run([sys.executable, "-m", "workloads.stats", "alpaca", "num_requests=20"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("alpaca_synthetic: 20 requests")
+    assert "RuntimeWarning" not in done.stderr

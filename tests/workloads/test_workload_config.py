@@ -1,0 +1,118 @@
+import math
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+from workloads import LengthDist, WorkloadConfig
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "workload"
+
+
+def test_defaults_are_vllm_benchmark_rules():
+    cfg = WorkloadConfig(name="sharegpt")
+    assert (cfg.num_requests, cfg.seed, cfg.min_len, cfg.max_prompt_len, cfg.max_total_len) == (1000, 0, 4, 1024, 2048)
+    assert cfg.arrival == "offline" and cfg.request_rate == math.inf
+    assert cfg.tokenizer == "cl100k_base"
+
+
+def test_label_marks_synthetic_alpaca():
+    assert WorkloadConfig(name="alpaca").label == "alpaca_synthetic"
+    assert WorkloadConfig(name="alpaca", path="x.json").label == "alpaca"
+    assert WorkloadConfig(name="sharegpt").label == "sharegpt"
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"name": "wmt"}, r"one of \['sharegpt', 'alpaca', 'synthetic'\]"),
+        ({"name": "sharegpt", "arrival": "bursty"}, r"one of \['offline', 'poisson', 'gamma'\]"),
+        ({"name": "sharegpt", "num_requests": 0}, "num_requests must be >= 1"),
+        ({"name": "sharegpt", "num_requests": -5}, "num_requests must be >= 1"),
+        ({"name": "sharegpt", "num_requests": 2.5}, "num_requests must be an integer"),
+        ({"name": "sharegpt", "num_requests": True}, "num_requests must be an integer"),
+        ({"name": "sharegpt", "seed": -1}, "seed must be >= 0"),
+        ({"name": "sharegpt", "min_len": 0}, "min_len must be >= 1"),
+        ({"name": "sharegpt", "max_prompt_len": 3}, "max_prompt_len must be >= 4"),
+        ({"name": "sharegpt", "max_total_len": 7}, "max_total_len must be >= 8"),
+        ({"name": "sharegpt", "tokenizer": ""}, "tokenizer must be"),
+        ({"name": "sharegpt", "tokenizer": "hf:"}, "tokenizer must be"),
+        ({"name": "sharegpt", "path": ""}, "path must be a non-empty string"),
+        ({"name": "synthetic", "path": "x.json"}, "reads no file"),
+        ({"name": "sharegpt", "arrival": "poisson"}, "needs a finite request_rate > 0"),
+        ({"name": "sharegpt", "arrival": "gamma", "request_rate": 0.0}, "needs a finite request_rate > 0"),
+        ({"name": "sharegpt", "arrival": "poisson", "request_rate": -1.0}, "needs a finite request_rate > 0"),
+        ({"name": "sharegpt", "request_rate": 2.0}, "would be ignored"),
+        ({"name": "sharegpt", "request_rate": "fast"}, "request_rate must be a number"),
+        ({"name": "sharegpt", "arrival": "poisson", "request_rate": 1.0, "burstiness": 0.5}, "only applies to arrival='gamma'"),
+        ({"name": "sharegpt", "arrival": "gamma", "request_rate": 1.0, "burstiness": 0.0}, "burstiness must be finite and > 0"),
+        ({"name": "synthetic", "prompt_dist": 5}, "prompt_dist must be a LengthDist"),
+    ],
+)
+def test_invalid_configs_say_what_is_wrong(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        WorkloadConfig(**kwargs)
+
+
+def test_valid_arrival_configs():
+    assert WorkloadConfig(name="sharegpt", arrival="poisson", request_rate=2).request_rate == 2.0
+    assert WorkloadConfig(name="sharegpt", arrival="gamma", request_rate=2.0, burstiness=0.25).burstiness == 0.25
+
+
+def test_from_dict_rejects_unknown_key_and_lists_valid_ones():
+    with pytest.raises(ValueError, match=r"unknown workload key 'num_request'.*'num_requests'.*'burstiness'"):
+        WorkloadConfig.from_dict({"name": "sharegpt", "num_request": 5})
+
+
+def test_from_dict_needs_name():
+    with pytest.raises(ValueError, match="needs a 'name'"):
+        WorkloadConfig.from_dict({"num_requests": 5})
+
+
+def test_from_dict_reads_none_and_yaml_inf_as_no_rate():
+    assert WorkloadConfig.from_dict({"name": "sharegpt", "request_rate": None}).request_rate == math.inf
+    yaml_cfg = OmegaConf.create("name: sharegpt\nrequest_rate: .inf\n")
+    assert WorkloadConfig.from_dict(OmegaConf.to_container(yaml_cfg)).request_rate == math.inf
+
+
+def test_from_dict_builds_nested_length_dists():
+    cfg = WorkloadConfig.from_dict({
+        "name": "synthetic",
+        "prompt_dist": {"kind": "uniform", "low": 2, "high": 9},
+        "output_dist": {"kind": "lognormal", "mean": 50.0, "sigma": 0.5},
+    })
+    assert cfg.prompt_dist == LengthDist(kind="uniform", low=2, high=9)
+    assert cfg.output_dist.kind == "lognormal" and cfg.output_dist.mean == 50.0
+
+
+def test_from_dict_rejects_unknown_nested_key():
+    with pytest.raises(ValueError, match=r"unknown LengthDist key 'avg'.*'mean'"):
+        WorkloadConfig.from_dict({"name": "synthetic", "prompt_dist": {"kind": "lognormal", "avg": 3}})
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"kind": "normal"}, r"one of \['fixed', 'uniform', 'lognormal'\]"),
+        ({"kind": "fixed"}, "needs value >= 1"),
+        ({"kind": "fixed", "value": 0}, "needs value >= 1"),
+        ({"kind": "uniform", "low": 3}, "needs both low and high"),
+        ({"kind": "uniform", "low": 9, "high": 3}, "1 <= low <= high"),
+        ({"kind": "uniform", "low": 0, "high": 3}, "1 <= low <= high"),
+        ({"kind": "lognormal", "sigma": 1.0}, "finite mean > 0"),
+        ({"kind": "lognormal", "mean": 10.0, "sigma": -1.0}, "finite sigma >= 0"),
+    ],
+)
+def test_invalid_length_dists(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        LengthDist(**kwargs)
+
+
+@pytest.mark.parametrize("name", ["sharegpt", "alpaca", "synthetic"])
+def test_every_workload_yaml_builds_a_config(name):
+    container = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{name}.yaml"), resolve=True)
+    cfg = WorkloadConfig.from_dict(container)
+    assert cfg.name == name
+    assert cfg.seed == 0 and cfg.arrival == "offline" and cfg.request_rate == math.inf
+    if name == "sharegpt":
+        assert cfg.num_requests == 1000

@@ -1,0 +1,22 @@
+"""Synthetic pairs: lengths drawn from the config's distributions, random token ids."""
+from __future__ import annotations
+
+import numpy as np
+
+from workloads.length_dist import LengthDist
+from workloads.pairs import TokenizedPairs
+
+VOCAB_SIZE = 50_257  # GPT-2 / OPT vocabulary; ids are uniform in [0, VOCAB_SIZE)
+
+
+def synthetic_pairs(
+    n: int, prompt_dist: LengthDist, output_dist: LengthDist, rng: np.random.Generator
+) -> TokenizedPairs:
+    """Exactly `n` pairs: prompt lengths, then output lengths, then token ids,
+    all from `rng` in that order."""
+    prompt_lens = prompt_dist.sample(n, rng)
+    output_lens = output_dist.sample(n, rng)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(prompt_lens, out=offsets[1:])
+    ids = rng.integers(0, VOCAB_SIZE, size=int(offsets[-1]), dtype=np.int32)
+    return TokenizedPairs(ids, offsets, output_lens.astype(np.int32))
