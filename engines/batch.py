@@ -14,14 +14,16 @@ class Batch:
     plus earlier output after a recompute; padded for the static engine) and
     produce their first token. `decode` sequences produce one token each.
     `decode_context_lens` has one entry per row the executor computes: the
-    context that row's query attends over. It can be longer than `decode`
-    when finished requests stay in the batch as padding (static batching).
+    context that row's query attends over: the `decode` rows, then the
+    `padding` rows of finished requests that stay in the batch (static
+    batching), which cost compute but produce nothing.
     """
 
     prefill: list[Sequence] = field(default_factory=list)
     prefill_lens: list[int] = field(default_factory=list)
     decode: list[Sequence] = field(default_factory=list)
     decode_context_lens: list[int] = field(default_factory=list)
+    padding: list[Sequence] = field(default_factory=list)   # finished requests computed as padding rows
     preempted: int = 0
 
     @property

@@ -39,6 +39,13 @@ class ContiguousKV:
     def free(self, seq: Sequence) -> None:
         self.arena.free(seq.id)
 
+    def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
+        """Arena slots of positions start..end-1 of `seq`: its region is contiguous."""
+        region = self.arena.regions[seq.id]
+        if end > region.requested:
+            raise IndexError(f"positions up to {end} overflow the {region.requested}-slot region of request {seq.id}")
+        return list(range(region.start + start, region.start + end))
+
     def holds(self, seq: Sequence) -> bool:
         return seq.id in self.arena.regions
 

@@ -47,6 +47,11 @@ class PagedKV:
         for block in self.block_tables.pop(seq.id):
             self.pool.release(block)
 
+    def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
+        """Flat cache slots (block * block_size + offset) of positions start..end-1 of `seq`."""
+        table, bs = self.block_tables[seq.id], self.block_size
+        return [table[p // bs] * bs + p % bs for p in range(start, end)]
+
     def holds(self, seq: Sequence) -> bool:
         return seq.id in self.block_tables
 

@@ -15,6 +15,7 @@ ITERATION_COLUMNS = (
     "batch_size", "num_held", "num_waiting", "preempted",
     "token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free",
 )
+PROGRESS_EVERY_S = 0.5
 
 
 @dataclass(slots=True)
@@ -31,21 +32,23 @@ class RunRecord:
 def run_engine(requests: list[Request], scheduler, executor, progress: bool | None = None) -> RunRecord:
     """Serve `requests` to completion and record every iteration.
 
-    `executor.execute(batch)` returns the iteration's duration in seconds;
-    `executor.wait_until(now, t)` returns the time after idling until `t`.
+    The executor owns the clock: `now()` reads it, `execute(batch)` runs one
+    iteration and returns its duration (the sim's modelled time or the real
+    backend's wall time), `wait_until(t)` idles until the next arrival.
     The split of KV memory is read after each iteration, before finished
     requests release their memory, so it shows what the iteration held.
     """
     capacity = scheduler.kv.capacity
     record = RunRecord(capacity_slots=capacity)
     pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.id)))
-    now = 0.0
     wall_start = time.perf_counter()
     # progress None: a bar only on a terminal.
     bar = tqdm(total=len(requests), unit="req", desc="requests", leave=False,
                disable=None if progress is None else not progress)
+    shown_at, shown_tokens, tokens = wall_start, 0, 0
     rows = record.iterations
     while pending or scheduler.has_work():
+        now = executor.now()
         while pending and pending[0].arrival_s <= now:
             seq = Sequence(pending.popleft())
             record.sequences.append(seq)
@@ -54,16 +57,17 @@ def run_engine(requests: list[Request], scheduler, executor, progress: bool | No
         batch = scheduler.schedule(now) if scheduler.has_work() else None
         if batch is None:
             if pending:
-                now = executor.wait_until(now, pending[0].arrival_s)
+                executor.wait_until(pending[0].arrival_s)
                 continue
             if scheduler.has_work():
                 raise RuntimeError("the scheduler holds requests but scheduled nothing, and none is due")
             break
-        start = now
+        start = executor.now()
         duration = executor.execute(batch)
-        now = start + duration
+        end = executor.now()
         for seq in batch.advancing():
-            seq.record_token(now)
+            seq.record_token(end)
+        tokens += batch.num_seqs
         split = scheduler.memory_split()
         held = len(scheduler.held())
         finished = scheduler.release_finished()
@@ -72,7 +76,13 @@ def run_engine(requests: list[Request], scheduler, executor, progress: bool | No
                      batch.preempted) + split.as_tuple())
         if finished:
             bar.update(len(finished))
+        if not bar.disable and time.perf_counter() - shown_at > PROGRESS_EVERY_S:
+            wall = time.perf_counter()
+            used = 1 - split.free / capacity
+            bar.set_postfix(tok_s=f"{(tokens - shown_tokens) / (wall - shown_at):.0f}", batch=batch.num_seqs,
+                            kv=f"{100 * used:.0f}%", refresh=False)
+            shown_at, shown_tokens = wall, tokens
     bar.close()
-    record.end_s = now
+    record.end_s = executor.now()
     record.wall_s = time.perf_counter() - wall_start
     return record

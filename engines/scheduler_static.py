@@ -49,8 +49,9 @@ class StaticScheduler:
             return self._prefill_chunk()
         self._decode_steps += 1
         live = [s for s in self.batch if not s.done]
+        padding = [s for s in self.batch if s.done]
         context = self._padded_prompt + self._decode_steps
-        return Batch(decode=live, decode_context_lens=[context] * len(self.batch))
+        return Batch(decode=live, decode_context_lens=[context] * len(self.batch), padding=padding)
 
     def _form_batch(self, now: float) -> bool:
         while self.waiting and len(self.batch) < self.limits.max_num_seqs:

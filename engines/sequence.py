@@ -1,7 +1,7 @@
 """A request's life inside an engine: waiting, running, finished or rejected."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 
 from workloads.request import Request
@@ -24,6 +24,7 @@ class Sequence:
     admitted_s: float | None = None     # first admission
     preemptions: int = 0
     rejected_reason: str | None = None
+    output_token_ids: list[int] = field(default_factory=list)   # filled by the real backend only
 
     @property
     def id(self) -> int:

@@ -9,10 +9,17 @@ class SimExecutor:
 
     def __init__(self, cost_model):
         self.cost_model = cost_model
+        self.clock = 0.0
+
+    def now(self) -> float:
+        return self.clock
 
     def execute(self, batch: Batch) -> float:
-        return self.cost_model.iteration_time(batch.prefill_lens, batch.decode_context_lens)
+        """Advance the virtual clock by the iteration's modelled time; return that time."""
+        duration = self.cost_model.iteration_time(batch.prefill_lens, batch.decode_context_lens)
+        self.clock += duration
+        return duration
 
-    def wait_until(self, now: float, t: float) -> float:
+    def wait_until(self, t: float) -> None:
         """Idle time costs nothing to simulate: jump to the next arrival."""
-        return max(now, t)
+        self.clock = max(self.clock, t)

@@ -26,16 +26,16 @@ def setting():
     limits = SchedulerLimits(max_seq_len=model.max_seq_len)
     budget = kv_budget(model, hardware, 0.9, limits.max_num_batched_tokens, limits.max_num_seqs)
     requests = build_workload(WorkloadConfig(name="sharegpt", num_requests=1000))
-    return requests, limits, budget.num_slots, SimExecutor(CostModel(model, hardware))
+    return requests, limits, budget.num_slots, CostModel(model, hardware)
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: EngineConfig(**e).label)
 def test_sim_speed_1000_sharegpt_requests(benchmark, setting, engine):
-    requests, limits, slots, executor = setting
+    requests, limits, slots, cost_model = setting
     config = EngineConfig(**engine)
 
     def serve():
-        return run_engine(requests, build_scheduler(config, limits, slots), executor, progress=False)
+        return run_engine(requests, build_scheduler(config, limits, slots), SimExecutor(cost_model), progress=False)
 
     record = benchmark.pedantic(serve, rounds=1, iterations=1)
     assert all(s.done for s in record.sequences)

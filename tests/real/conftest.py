@@ -1,0 +1,66 @@
+"""Small real models and a harness that serves requests through the real executor on cpu."""
+import pytest
+import torch
+
+from engines.build import build_scheduler
+from engines.config import EngineConfig, SchedulerLimits
+from engines.loop import run_engine
+from engines.model_spec import ModelSpec
+from engines.real.attention import register
+from engines.real.executor import RealExecutor
+from engines.real.kv_cache import allocate_kv
+from engines.real.model import build_model
+from kernels.ops import load_ops
+from workloads.request import Request
+
+SPECS = {
+    "opt": ModelSpec(name="opt-test", arch="opt", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4,
+                     ffn_size=128, vocab_size=101, max_seq_len=128),
+    "llama": ModelSpec(name="llama-test", arch="llama", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2,
+                       ffn_size=96, vocab_size=101, max_seq_len=128),
+}
+ENGINES = {"static": dict(name="static"), "orca": dict(name="orca", reservation="oracle"),
+           "paged": dict(name="paged", block_size=4, watermark=0.0)}
+
+
+@pytest.fixture(scope="module", params=sorted(SPECS))
+def arch(request):
+    return request.param
+
+
+def make_model(arch):
+    model = build_model(SPECS[arch], torch.device("cpu"), torch.float32, seed=0)
+    model.set_attn_implementation(register())
+    return model
+
+
+def make_engine(model, spec, engine, capacity, keep_logits=False, max_num_batched_tokens=256):
+    limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max_num_batched_tokens)
+    config = EngineConfig(**engine)
+    scheduler = build_scheduler(config, limits, capacity)
+    cache = allocate_kv(spec.num_layers, spec.num_kv_heads, spec.head_dim, capacity,
+                        config.block_size if config.name == "paged" else None, torch.float32, torch.device("cpu"))
+    executor = RealExecutor(model, scheduler.kv, cache, load_ops("torch"), torch.device("cpu"),
+                            keep_logits=keep_logits)
+    return scheduler, cache, executor
+
+
+def serve(model, spec, engine, requests, capacity, capture=None):
+    scheduler, cache, executor = make_engine(model, spec, engine, capacity, keep_logits=capture is not None)
+    if capture is not None:
+        inner = executor.execute
+
+        def execute(batch):
+            duration = inner(batch)
+            for i, seq in enumerate(batch.advancing()):
+                capture.setdefault(seq.id, []).append(executor.last_logits[i])
+            return duration
+        executor.execute = execute
+    record = run_engine(requests, scheduler, executor, progress=False)
+    return record, scheduler, cache
+
+
+def requests(lengths, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return [Request(i, 0.0, tuple(torch.randint(0, 101, (p,), generator=gen).tolist()), o)
+            for i, (p, o) in enumerate(lengths)]
