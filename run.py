@@ -29,7 +29,7 @@ from results.tables import iterations_frame, requests_frame
 from workloads import WorkloadConfig, build_workload, format_stats, trace_stats
 
 log = logging.getLogger("pagedbench")
-BACKENDS = ("sim",)
+BACKENDS = ("sim", "real")
 CONF = Path(__file__).resolve().parent / "conf"
 
 
@@ -51,11 +51,33 @@ def plain(node) -> dict:
     return OmegaConf.to_container(node, resolve=True)
 
 
+def build_sim(cfg: DictConfig, model: ModelSpec, engine: EngineConfig, limits: SchedulerLimits):
+    """Scheduler and executor of the simulated backend, and what to record about them."""
+    hardware = HardwareSpec.from_dict(plain(cfg.hardware))
+    budget = kv_budget(model, hardware, cfg.gpu_memory_utilization,
+                       limits.max_num_batched_tokens, limits.max_num_seqs)
+    log.info("%s on %s x%d: %s", model.name, hardware.name, model.tp, budget.describe())
+    info = {"hardware": hardware.name, "tp": model.tp, "kv_budget_bytes": budget.kv_bytes,
+            "kv_budget_slots": budget.num_slots}
+    scheduler = build_scheduler(engine, limits, budget.num_slots)
+    return scheduler, SimExecutor(CostModel(model, hardware)), info, hardware.name
+
+
+def build_real_backend(cfg: DictConfig, model: ModelSpec, engine: EngineConfig, limits: SchedulerLimits):
+    from engines.real.build import RealBackendConfig, build_real   # torch and transformers load only here
+
+    setup = build_real(RealBackendConfig.from_dict(plain(cfg.backend)), model, engine, limits)
+    log.info("%s: %s", model.name, setup.describe())
+    info = {"device": setup.device, "dtype": setup.dtype, "kernels": setup.kernels,
+            "kv_budget_bytes": setup.budget_bytes, "kv_budget_slots": setup.num_slots}
+    setup.executor.warmup()
+    return setup.scheduler, setup.executor, info, setup.device
+
+
 def run(cfg: DictConfig, run_dir: Path) -> dict:
     engine = EngineConfig.from_dict(plain(cfg.engine))
     workload = WorkloadConfig.from_dict(plain(cfg.workload))
     model = ModelSpec.from_dict(plain(cfg.model))
-    hardware = HardwareSpec.from_dict(plain(cfg.hardware))
     if cfg.backend.name not in BACKENDS:
         raise ValueError(f"backend={cfg.backend.name!r} is not one of {list(BACKENDS)}")
     limits_cfg = plain(cfg.limits)
@@ -63,30 +85,33 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         limits_cfg["max_seq_len"] = model.max_seq_len
     limits = SchedulerLimits(**limits_cfg)
 
-    budget = kv_budget(model, hardware, cfg.gpu_memory_utilization,
-                       limits.max_num_batched_tokens, limits.max_num_seqs)
-    log.info("%s on %s x%d: %s", model.name, hardware.name, model.tp, budget.describe())
     requests = build_workload(workload)
     log.info("%s", format_stats(trace_stats(requests), workload.label))
-    scheduler = build_scheduler(engine, limits, budget.num_slots)
+    build = build_sim if cfg.backend.name == "sim" else build_real_backend
+    scheduler, executor, info, where = build(cfg, model, engine, limits)
     log.info("engine %s: %s", engine.label, scheduler.kv.describe())
 
-    record = run_engine(requests, scheduler, SimExecutor(CostModel(model, hardware)), progress=cfg.progress)
+    if hasattr(executor, "start_clock"):
+        executor.start_clock()
+    record = run_engine(requests, scheduler, executor, progress=cfg.progress)
     iterations, reqs = iterations_frame(record), requests_frame(record)
     summary = {
         "engine": engine.label, "block_size": engine.block_size if engine.name == "paged" else None,
-        "workload": workload.label, "model": model.name, "hardware": hardware.name, "tp": model.tp,
-        "backend": cfg.backend.name, "kv_budget_bytes": budget.kv_bytes, "kv_budget_slots": budget.num_slots,
+        "workload": workload.label, "model": model.name, "backend": cfg.backend.name, **info,
         **summarize(iterations, reqs),
         "wall_s": record.wall_s,
         "iterations_per_wall_s": len(iterations) / record.wall_s if record.wall_s > 0 else None,
     }
+    if cfg.backend.name == "real":
+        busy = float(iterations["duration_s"].sum())
+        summary["forward_s"] = executor.forward_s
+        summary["forward_fraction_of_iterations"] = executor.forward_s / busy if busy > 0 else None
     save_run(run_dir, iterations, reqs, summary)
     rejected = reqs[reqs["status"] == "rejected"]
     if len(rejected):
         log.warning("%d requests rejected, e.g. request %d: %s", len(rejected),
                     rejected["id"].iloc[0], rejected["rejected_reason"].iloc[0])
-    title = (f"{engine.label} | {workload.label} x{len(requests)} | {model.name} on {hardware.name} | "
+    title = (f"{engine.label} | {workload.label} x{len(requests)} | {model.name} on {where} | "
              f"{cfg.backend.name} | {record.wall_s:.1f}s wall")
     log.info("\n%s\nresults: %s", format_summary(summary, title), run_dir)
     return summary

@@ -30,6 +30,7 @@ class ModelSpec:
     max_seq_len: int        # prompt + output of one request
     dtype_bytes: int = 2    # weights, activations and KV cache (fp16/bf16)
     tp: int = 1             # tensor-parallel degree (number of devices)
+    path: str | None = None # real backend: a local folder of weights saved with save_pretrained (None: random)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:

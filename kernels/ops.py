@@ -1,8 +1,18 @@
-"""Pick the kernel implementation: torch references or Triton kernels."""
+"""Choose the kernel implementation: torch references or Triton kernels, one namespace.
+
+    ops = load_ops("auto")      # Triton on a CUDA machine, the torch references otherwise
+    ops.write_kv(key, value, k_cache, v_cache, slot_mapping)
+
+The Triton modules are imported only when asked for, so `import kernels` (and the
+CPU backend) never imports triton. The Triton set has no prefill kernel of its own:
+its `prefill_attention` is the torch reference (SDPA), and its name says so.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
+
+IMPLS = ("torch", "triton", "auto")
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,9 +25,19 @@ class KernelOps:
     copy_blocks: Callable
 
 
-def load_ops(impl: str) -> KernelOps:
+def load_ops(impl: str = "auto") -> KernelOps:
+    """impl: "torch" (references), "triton" (kernels; CUDA, or TRITON_INTERPRET=1 on CPU), "auto"."""
+    if impl not in IMPLS:
+        raise ValueError(f"unknown kernel impl {impl!r}; valid: {', '.join(IMPLS)}")
+    if impl == "auto":
+        import torch
+        impl = "triton" if torch.cuda.is_available() else "torch"
+    from kernels import reference
     if impl == "torch":
-        from kernels import reference as r
-        return KernelOps("torch", r.write_kv, r.paged_decode_attention, r.contiguous_decode_attention,
-                         r.prefill_attention, r.copy_blocks)
-    raise ValueError(f"unknown kernel implementation {impl!r}; valid: ['torch']")
+        return KernelOps("torch", reference.write_kv, reference.paged_decode_attention,
+                         reference.contiguous_decode_attention, reference.prefill_attention, reference.copy_blocks)
+    from kernels import triton_copy_blocks, triton_decode_attention, triton_write_kv
+    return KernelOps("triton (prefill: torch sdpa)", triton_write_kv.write_kv,
+                     triton_decode_attention.paged_decode_attention,
+                     triton_decode_attention.contiguous_decode_attention,
+                     reference.prefill_attention, triton_copy_blocks.copy_blocks)

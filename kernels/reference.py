@@ -32,18 +32,13 @@ def write_kv(key: torch.Tensor,          # [num_tokens, num_kv_heads, head_dim]
     flat_v[slots] = value[keep].to(v_cache.dtype)
 
 
-def _decode_over(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
-                 context_lens: torch.Tensor, scale: float) -> torch.Tensor:
-    """query [S, H, D]; keys/values [S, T, Hkv, D] with position t valid when t < context_lens[s]."""
-    num_seqs, num_heads, head_dim = query.shape
-    num_kv_heads = keys.shape[2]
-    q = query.float().view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)
-    scores = torch.einsum("skgd,stkd->skgt", q, keys.float()) * scale
-    invalid = torch.arange(keys.shape[1], device=query.device)[None, :] >= context_lens[:, None]
-    scores.masked_fill_(invalid[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    out = torch.einsum("skgt,stkd->skgd", probs, values.float())
-    return out.reshape(num_seqs, num_heads, head_dim).to(query.dtype)
+def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [H, D] for one token over k, v [L, Hkv, D]; fp32 softmax; returns [H, D]."""
+    num_heads, num_kv_heads = q.shape[0], k.shape[1]
+    qf = q.float().view(num_kv_heads, num_heads // num_kv_heads, q.shape[-1])     # [Hkv, G, D]
+    kf, vf = k.float().transpose(0, 1), v.float().transpose(0, 1)                 # [Hkv, L, D]
+    probs = torch.softmax(torch.matmul(qf, kf.transpose(1, 2)) * scale, dim=-1)   # [Hkv, G, L]
+    return torch.matmul(probs, vf).reshape(num_heads, -1)
 
 
 def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, head_dim]
@@ -56,13 +51,13 @@ def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, 
                            ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context, read through its block table."""
     block_size = k_cache.shape[1]
-    max_len = int(context_lens.max())
-    pos = torch.arange(max_len, device=query.device)
-    blocks = block_tables[:, pos // block_size].long()             # [S, T]
-    slots = blocks * block_size + pos % block_size
-    flat_k = k_cache.view(-1, *k_cache.shape[-2:])
-    flat_v = v_cache.view(-1, *v_cache.shape[-2:])
-    return _decode_over(query, flat_k[slots], flat_v[slots], context_lens.long(), scale)
+    out = torch.empty_like(query)
+    for s, length in enumerate(context_lens.tolist()):
+        blocks = block_tables[s, :-(-length // block_size)].long()
+        k = k_cache[blocks].flatten(0, 1)[:length]          # gather the sequence's blocks: [L, Hkv, D]
+        v = v_cache[blocks].flatten(0, 1)[:length]
+        out[s] = _attend_one(query[s], k, v, scale).to(query.dtype)
+    return out
 
 
 def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, head_dim]
@@ -74,10 +69,12 @@ def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_he
                                 num_splits: int = 1,          # split-K partitions (ignored here)
                                 ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context at (start, length) in the arena."""
-    max_len = int(context_lens.max())
-    pos = torch.arange(max_len, device=query.device)
-    slots = (seq_starts.long()[:, None] + pos[None, :]).clamp_max(k_cache.shape[0] - 1)
-    return _decode_over(query, k_cache[slots], v_cache[slots], context_lens.long(), scale)
+    out = torch.empty_like(query)
+    for s, (start, length) in enumerate(zip(seq_starts.tolist(), context_lens.tolist())):
+        k = k_cache[start:start + length]                   # the region is contiguous: a view, no copy
+        v = v_cache[start:start + length]
+        out[s] = _attend_one(query[s], k, v, scale).to(query.dtype)
+    return out
 
 
 def prefill_attention(query: torch.Tensor,       # [num_tokens, num_heads, head_dim]

@@ -13,7 +13,7 @@ import run as entry
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES = ["static", "orca_max", "orca_pow2", "orca_oracle", "paged"]
-SMALL = ["workload=synthetic", "workload.num_requests=100", "workload.prompt_dist.low=16",
+SMALL = ["backend=sim", "workload=synthetic", "workload.num_requests=100", "workload.prompt_dist.low=16",
          "workload.prompt_dist.high=256", "model=opt-13b", "hardware=a100-40gb", "progress=false",
          "gpu_memory_utilization=0.73"]   # about 6,500 slots: three max_seq_len regions
 
@@ -68,3 +68,16 @@ def test_multirun_of_three_engines_from_the_command_line(tmp_path):
     assert len(summaries) == 3
     assert {json.loads(p.read_text())["engine"] for p in summaries} == {"static", "orca-max", "paged"}
     assert "KV token states %" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["static", "orca_max", "paged"])
+def test_real_backend_smoke_run_on_cpu(engine, tmp_path):
+    summary = run_config([f"engine={engine}", "backend=real", "model=tiny", "workload=synthetic",
+                          "workload.num_requests=12", "workload.prompt_dist.low=8", "workload.prompt_dist.high=64",
+                          "workload.output_dist.mean=16", "backend.kv_budget_mib=40", "progress=false"], tmp_path)
+    assert summary["num_finished"] == 12
+    assert summary["backend"] == "real" and summary["device"] == "cpu" and summary["kernels"] == "torch"
+    assert 0 < summary["forward_fraction_of_iterations"] <= 1
+    requests = pd.read_parquet(tmp_path / "requests.parquet")
+    assert (requests["finish_s"] >= requests["first_token_s"]).all()

@@ -1,0 +1,219 @@
+"""Decode attention latency, paged vs contiguous KV cache (the paper's Figure 18a), and write_kv.
+
+    make bench PYTEST_ARGS="-k test_kernels"          # pytest-benchmark, wall time per call
+    python -m tests.benchmarks.test_kernels --out DIR  # DIR/kernel_bench.{csv,json}: paged/contiguous ratios
+
+On a CUDA device these time the Triton kernels with triton.testing.do_bench (device
+time, L2 flushed between calls) and report achieved bandwidth = bytes of K/V read /
+time, and its fraction of the device's peak where the device is in PEAK_GBPS. On the
+CPU they time the torch references at small sizes: not a kernel measurement, only a
+check that the harness runs. Layer shape: OPT-13B (40 heads of 128, fp16) on CUDA.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from kernels.ops import load_ops
+
+CUDA = torch.cuda.is_available()
+CPU_NOTE = "torch reference on CPU: not a kernel measurement"
+# (substring of torch.cuda.get_device_name(), peak HBM bandwidth GB/s); the first match wins
+PEAK_GBPS = [("H200", 4800), ("H100 NVL", 3900), ("H100 PCIe", 2000), ("H100", 3350),
+             ("A100-SXM4-80GB", 2039), ("A100 80GB PCIe", 1935), ("A100", 1555),
+             ("L40S", 864), ("L4", 300), ("A10G", 600), ("RTX 4090", 1008), ("V100", 900)]
+
+if CUDA:
+    SHAPE = dict(num_heads=40, num_kv_heads=40, head_dim=128, dtype=torch.float16)
+    BLOCK_SIZES, CONTEXT_LENS, BATCHES = [8, 16, 32, 64, 128, 256], [64, 256, 1024, 2048], [8, 32]
+else:
+    SHAPE = dict(num_heads=4, num_kv_heads=4, head_dim=64, dtype=torch.float32)
+    BLOCK_SIZES, CONTEXT_LENS, BATCHES = [8, 16, 256], [64, 256], [8]
+
+
+def peak_gbps(device_name: str) -> float | None:
+    return next((gbps for key, gbps in PEAK_GBPS if key in device_name), None)
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if CUDA else "cpu"
+
+
+def decode_inputs(batch: int, context_len: int, block_size: int, device: str, num_heads: int, num_kv_heads: int,
+                  head_dim: int, dtype: torch.dtype):
+    """The same K/V as a paged cache (blocks in shuffled order) and as a contiguous arena."""
+    blocks_per_seq = -(-context_len // block_size)
+    num_blocks = batch * blocks_per_seq
+    query = torch.randn(batch, num_heads, head_dim, device=device, dtype=dtype)
+    k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, device=device, dtype=dtype)
+    v_cache = torch.randn_like(k_cache)
+    block_tables = torch.randperm(num_blocks, device=device).view(batch, blocks_per_seq).int()
+    context_lens = torch.full((batch,), context_len, dtype=torch.int32, device=device)
+    k_arena = torch.randn(batch * context_len, num_kv_heads, head_dim, device=device, dtype=dtype)
+    v_arena = torch.randn_like(k_arena)
+    seq_starts = torch.arange(batch, device=device, dtype=torch.int64) * context_len
+    scale = head_dim ** -0.5
+    paged = (query, k_cache, v_cache, block_tables, context_lens, scale)
+    contiguous = (query, k_arena, v_arena, seq_starts, context_lens, scale)
+    kv_bytes = 2 * batch * context_len * num_kv_heads * head_dim * query.element_size()
+    return paged, contiguous, kv_bytes
+
+
+def time_us(fn, reps: int = 5) -> dict:
+    """Per-call time in µs: device time by do_bench on CUDA, wall time on the CPU; mean, p50, p90, p99."""
+    if CUDA:
+        import triton.testing
+        times = [ms * 1e3 for ms in triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="all")]
+    else:
+        fn()
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - start) * 1e6)
+    q = statistics.quantiles(times, n=100) if len(times) > 1 else times * 99
+    return dict(mean_us=statistics.fmean(times), p50_us=q[49], p90_us=q[89], p99_us=q[98])
+
+
+def bandwidth(kv_bytes: int, mean_us: float) -> dict:
+    gbps = kv_bytes / (mean_us * 1e-6) / 1e9
+    peak = peak_gbps(device_name()) if CUDA else None
+    return dict(gbps=gbps, peak_fraction=gbps / peak if peak else None)
+
+
+def _record(benchmark, fn, kv_bytes: int, **info) -> None:
+    """pytest-benchmark wall time (launch included, device synchronised); device time and bandwidth in extra_info."""
+    def synced():
+        fn()
+        if CUDA:
+            torch.cuda.synchronize()
+
+    if CUDA:
+        torch.cuda.synchronize()
+    benchmark.pedantic(synced, rounds=1 if benchmark.disabled else 20, warmup_rounds=0 if benchmark.disabled else 3)
+    benchmark.extra_info.update(info, device=device_name(), kv_bytes=kv_bytes)
+    if not CUDA:
+        benchmark.extra_info["note"] = CPU_NOTE
+    elif not benchmark.disabled:
+        stats = time_us(fn)
+        benchmark.extra_info.update(stats, **bandwidth(kv_bytes, stats["mean_us"]))
+
+
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+@pytest.mark.parametrize("context_len", CONTEXT_LENS)
+@pytest.mark.parametrize("batch", BATCHES)
+def test_paged_decode(benchmark, batch, context_len, block_size):
+    ops = load_ops("auto")
+    paged, _, kv_bytes = decode_inputs(batch, context_len, block_size, "cuda" if CUDA else "cpu", **SHAPE)
+    benchmark.group = f"decode batch={batch} context={context_len}"
+    _record(benchmark, lambda: ops.paged_decode_attention(*paged), kv_bytes, impl=ops.name, block_size=block_size)
+
+
+@pytest.mark.parametrize("context_len", CONTEXT_LENS)
+@pytest.mark.parametrize("batch", BATCHES)
+def test_contiguous_decode(benchmark, batch, context_len):
+    ops = load_ops("auto")
+    _, contiguous, kv_bytes = decode_inputs(batch, context_len, 16, "cuda" if CUDA else "cpu", **SHAPE)
+    benchmark.group = f"decode batch={batch} context={context_len}"
+    _record(benchmark, lambda: ops.contiguous_decode_attention(*contiguous), kv_bytes, impl=ops.name)
+
+
+@pytest.mark.parametrize("num_tokens", [32, 2048] if CUDA else [32])
+@pytest.mark.parametrize("block_size", [1, 16, 256] if CUDA else [16])
+def test_write_kv(benchmark, num_tokens, block_size):
+    """Scatter num_tokens new tokens (a decode step, or a prefill) to random slots of a paged cache."""
+    ops = load_ops("auto")
+    device, heads, dim, dtype = "cuda" if CUDA else "cpu", SHAPE["num_kv_heads"], SHAPE["head_dim"], SHAPE["dtype"]
+    num_blocks = 4 * -(-num_tokens // block_size)
+    k_cache = torch.zeros(num_blocks, block_size, heads, dim, device=device, dtype=dtype)
+    v_cache = torch.zeros_like(k_cache)
+    key = torch.randn(num_tokens, heads, dim, device=device, dtype=dtype)
+    slots = torch.randperm(num_blocks * block_size, device=device)[:num_tokens]
+    moved = 2 * 2 * key.numel() * key.element_size()   # K and V, each read once and written once
+    _record(benchmark, lambda: ops.write_kv(key, key, k_cache, v_cache, slots), moved, impl=ops.name)
+
+
+def test_peak_bandwidth_is_looked_up_by_device_name():
+    assert peak_gbps("NVIDIA H100 80GB HBM3") == 3350 and peak_gbps("NVIDIA H100 PCIe") == 2000
+    assert peak_gbps("NVIDIA H200") == 4800 and peak_gbps("NVIDIA A100-SXM4-80GB") == 2039
+    assert peak_gbps("NVIDIA L40S") == 864 and peak_gbps("NVIDIA L4") == 300
+    assert peak_gbps("Some Future GPU") is None
+
+
+def test_script_writes_csv_and_json(tmp_path):
+    main(["--out", str(tmp_path), "--batches", "2", "--context-lens", "17", "--block-sizes", "8", "16"])
+    rows = list(csv.DictReader((tmp_path / "kernel_bench.csv").open()))
+    assert [int(r["block_size"]) for r in rows] == [8, 16]
+    assert all(float(r["paged_over_contiguous"]) > 0 for r in rows)
+    meta = json.loads((tmp_path / "kernel_bench.json").read_text())
+    assert meta["device"] == device_name() and len(meta["rows"]) == 2
+
+
+def sweep(batches, context_lens, block_sizes, num_splits: int = 1) -> list[dict]:
+    """Paged and contiguous decode latency per (batch, context, block size), with the paged/contiguous ratio."""
+    ops = load_ops("auto")
+    device = "cuda" if CUDA else "cpu"
+    rows = []
+    for batch in batches:
+        for context_len in context_lens:
+            _, contiguous, kv_bytes = decode_inputs(batch, context_len, 16, device, **SHAPE)
+            base = time_us(lambda: ops.contiguous_decode_attention(*contiguous, num_splits=num_splits))
+            base_bw = bandwidth(kv_bytes, base["mean_us"])
+            del contiguous
+            for block_size in block_sizes:
+                paged, _, _ = decode_inputs(batch, context_len, block_size, device, **SHAPE)
+                t = time_us(lambda: ops.paged_decode_attention(*paged, num_splits=num_splits))
+                bw = bandwidth(kv_bytes, t["mean_us"])
+                rows.append(dict(
+                    batch=batch, context_len=context_len, block_size=block_size, num_splits=num_splits,
+                    paged_mean_us=t["mean_us"], paged_p50_us=t["p50_us"], paged_p99_us=t["p99_us"],
+                    contiguous_mean_us=base["mean_us"], contiguous_p50_us=base["p50_us"],
+                    paged_over_contiguous=t["mean_us"] / base["mean_us"], kv_bytes=kv_bytes,
+                    paged_gbps=bw["gbps"], contiguous_gbps=base_bw["gbps"],
+                    paged_peak_fraction=bw["peak_fraction"], contiguous_peak_fraction=base_bw["peak_fraction"]))
+                print(f"batch {batch:3d} context {context_len:5d} block {block_size:3d}: paged {t['mean_us']:9.1f} us, "
+                      f"contiguous {base['mean_us']:9.1f} us, ratio {rows[-1]['paged_over_contiguous']:.3f}, "
+                      f"paged {bw['gbps']:7.1f} GB/s", flush=True)
+                del paged
+    return rows
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for kernel_bench.csv and kernel_bench.json")
+    parser.add_argument("--batches", type=int, nargs="+", default=BATCHES)
+    parser.add_argument("--context-lens", type=int, nargs="+", default=CONTEXT_LENS)
+    parser.add_argument("--block-sizes", type=int, nargs="+", default=BLOCK_SIZES)
+    parser.add_argument("--num-splits", type=int, default=1, help="split-K partitions (1 = single pass, 0 = choose)")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = sweep(args.batches, args.context_lens, args.block_sizes, args.num_splits)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    _write_atomic(args.out / "kernel_bench.csv", buffer.getvalue())
+    meta = dict(device=device_name(), impl=load_ops("auto").name, peak_gbps=peak_gbps(device_name()) if CUDA else None,
+                shape={k: str(v) for k, v in SHAPE.items()}, timing="triton.testing.do_bench" if CUDA else CPU_NOTE,
+                bandwidth="bytes of K and V read / mean time", rows=rows)
+    _write_atomic(args.out / "kernel_bench.json", json.dumps(meta, indent=2))
+    print(f"wrote {args.out / 'kernel_bench.csv'} and kernel_bench.json ({len(rows)} rows)")
+
+
+if __name__ == "__main__":
+    main()

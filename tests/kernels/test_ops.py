@@ -1,0 +1,40 @@
+"""load_ops: choosing an implementation, and `import kernels` not importing triton."""
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from kernels import reference
+from kernels.ops import load_ops
+
+
+def test_torch_ops_are_the_references():
+    ops = load_ops("torch")
+    assert ops.name == "torch"
+    assert ops.paged_decode_attention is reference.paged_decode_attention
+    assert ops.write_kv is reference.write_kv
+
+
+def test_triton_ops_are_the_kernels_with_the_reference_prefill():
+    ops = load_ops("triton")
+    assert ops.paged_decode_attention.__module__ == "kernels.triton_decode_attention"
+    assert ops.contiguous_decode_attention.__module__ == "kernels.triton_decode_attention"
+    assert ops.write_kv.__module__ == "kernels.triton_write_kv"
+    assert ops.copy_blocks.__module__ == "kernels.triton_copy_blocks"
+    assert ops.prefill_attention is reference.prefill_attention and "sdpa" in ops.name
+
+
+def test_auto_picks_triton_only_with_cuda():
+    assert load_ops("auto").name.startswith("triton" if torch.cuda.is_available() else "torch")
+
+
+def test_unknown_impl_lists_the_valid_ones():
+    with pytest.raises(ValueError, match="torch, triton, auto"):
+        load_ops("cuda")
+
+
+def test_importing_kernels_and_loading_torch_ops_does_not_import_triton():
+    code = ("import sys, kernels, kernels.reference, kernels.ops; kernels.ops.load_ops('torch'); "
+            "assert 'triton' not in sys.modules, 'triton was imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
