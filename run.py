@@ -22,13 +22,15 @@ from engines.hardware import HardwareSpec
 from engines.loop import run_engine
 from engines.model_spec import ModelSpec
 from engines.sim_executor import SimExecutor
-from results.store import save_run, write_json
+from results.store import SUMMARY, is_complete, save_run, write_json
+from results.sweep_callback import register_resolvers
 from results.summary import summarize
 from results.table import format_summary
 from results.tables import iterations_frame, requests_frame
 from workloads import WorkloadConfig, build_workload, format_stats, trace_stats
 
 log = logging.getLogger("pagedbench")
+register_resolvers()
 BACKENDS = ("sim", "real")
 CONF = Path(__file__).resolve().parent / "conf"
 
@@ -98,6 +100,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     summary = {
         "engine": engine.label, "block_size": engine.block_size if engine.name == "paged" else None,
         "workload": workload.label, "model": model.name, "backend": cfg.backend.name, **info,
+        "arrival": workload.arrival, "request_rate": workload.request_rate, "workload_seed": workload.seed,
+        "experiment": cfg.get("experiment_name"),
         **summarize(iterations, reqs),
         "wall_s": record.wall_s,
         "iterations_per_wall_s": len(iterations) / record.wall_s if record.wall_s > 0 else None,
@@ -121,6 +125,9 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 def main(cfg: DictConfig) -> None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
+    if is_complete(run_dir) and not cfg.rerun:
+        log.info("skipping %s: it already holds a finished run (rerun=true runs it again)", run_dir / SUMMARY)
+        return
     try:
         run(cfg, run_dir)
     except ValueError as err:

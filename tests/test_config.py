@@ -11,6 +11,7 @@ from engines.config import EngineConfig
 from engines.hardware import HardwareSpec
 from engines.model_spec import ModelSpec
 from workloads import WorkloadConfig
+import run  # noqa: F401  (registers the config resolvers)
 
 ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
@@ -31,6 +32,24 @@ def test_every_group_option_composes(group, option):
         GROUPS[group].from_dict(node)
     else:
         assert node["name"] == option
+
+
+@pytest.mark.parametrize("experiment", options("experiment"))
+def test_every_experiment_composes_with_its_sweep(experiment):
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(config_name="config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
+    assert cfg.experiment_name == experiment
+    assert cfg.backend.name == "sim"
+    assert cfg.hydra.sweeper.params, "an experiment lists what it sweeps"
+    WorkloadConfig.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
+    EngineConfig.from_dict(OmegaConf.to_container(cfg.engine, resolve=True))
+
+
+@pytest.mark.parametrize("launcher", ["local", "slurm"])
+def test_launcher_configs_compose(launcher):
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(config_name="config", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher" if launcher == "local" else "SlurmLauncher")
 
 
 def test_orca_variants_set_their_reservation():

@@ -81,3 +81,21 @@ def test_real_backend_smoke_run_on_cpu(engine, tmp_path):
     assert 0 < summary["forward_fraction_of_iterations"] <= 1
     requests = pd.read_parquet(tmp_path / "requests.parquet")
     assert (requests["finish_s"] >= requests["first_token_s"]).all()
+
+
+@pytest.mark.slow
+def test_joblib_sweep_writes_every_run_and_rerunning_skips_them(tmp_path):
+    args = [sys.executable, str(ROOT / "run.py"), "-m", "hydra/launcher=local", "hydra.launcher.n_jobs=2",
+            "engine=orca_max,paged", "workload.request_rate=2,8", "workload.arrival=poisson", *SMALL,
+            f"hydra.sweep.dir={tmp_path}"]
+    first = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert first.returncode == 0, first.stderr[-2000:]
+    summaries = sorted(tmp_path.glob("*/summary.json"))
+    assert len(summaries) == 4
+    rates = {(json.loads(p.read_text())["engine"], json.loads(p.read_text())["request_rate"]) for p in summaries}
+    assert rates == {("orca-max", 2.0), ("orca-max", 8.0), ("paged", 2.0), ("paged", 8.0)}
+    stamps = {p: p.stat().st_mtime_ns for p in summaries}
+    again = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert again.returncode == 0
+    assert "skipping" in again.stdout + again.stderr
+    assert {p: p.stat().st_mtime_ns for p in summaries} == stamps
