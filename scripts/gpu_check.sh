@@ -47,7 +47,7 @@ fi
 command -v nvidia-smi > /dev/null && nvidia-smi > "$OUTDIR/nvidia-smi.log" 2>&1
 
 step kernel_tests 200 "$PY" -m pytest tests/kernels -q -p no:cacheprovider --junitxml="$OUTDIR/kernel_tests.xml"
-step kernel_bench 100 "$PY" -m tests.benchmarks.test_kernels --out "$OUTDIR/kernels"
+step kernel_bench 120 "$PY" -m tests.benchmarks.test_kernels --out "$OUTDIR/kernels"
 step engines 180 "$PY" run.py -m engine=static,orca_max,paged backend=real model=opt-125m \
     workload.num_requests=200 hydra.sweep.dir="$OUTDIR/engines"
 

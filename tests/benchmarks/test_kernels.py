@@ -3,11 +3,13 @@
     make bench PYTEST_ARGS="-k test_kernels"          # pytest-benchmark, wall time per call
     python -m tests.benchmarks.test_kernels --out DIR  # DIR/kernel_bench.{csv,json}: paged/contiguous ratios
 
-On a CUDA device these time the Triton kernels with triton.testing.do_bench (device
-time, L2 flushed between calls) and report achieved bandwidth = bytes of K/V read /
-time, and its fraction of the device's peak where the device is in PEAK_GBPS. On the
-CPU they time the torch references at small sizes: not a kernel measurement, only a
-check that the harness runs. Layer shape: OPT-13B (40 heads of 128, fp16) on CUDA.
+On a CUDA device these time the Triton kernels by replaying a CUDA graph (no launch
+overhead) that rotates through copies of the inputs larger than L2 together (K/V come
+from HBM), and report achieved bandwidth = bytes of K/V read / time, and its fraction
+of the device's peak where the device is in PEAK_GBPS. pytest-benchmark's own numbers
+are wall time of one synchronised call, launch included. On the CPU they time the torch
+references at small sizes: not a kernel measurement, only a check that the harness runs.
+Layer shape on CUDA: OPT-13B (40 heads of 128, fp16), all sequences of one length.
 """
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ PEAK_GBPS = [("H200", 4800), ("H100 NVL", 3900), ("H100 PCIe", 2000), ("H100", 3
              ("A100-SXM4-80GB", 2039), ("A100 80GB PCIe", 1935), ("A100", 1555),
              ("L40S", 864), ("L4", 300), ("A10G", 600), ("RTX 4090", 1008), ("V100", 900)]
 
+DEVICE = "cuda" if CUDA else "cpu"
+L2_BYTES = 64 << 20   # at least the L2 of an A100 / H100 / H200 (40-50 MiB)
 if CUDA:
     SHAPE = dict(num_heads=40, num_kv_heads=40, head_dim=128, dtype=torch.float16)
     BLOCK_SIZES, CONTEXT_LENS, BATCHES = [8, 16, 32, 64, 128, 256], [64, 256, 1024, 2048], [8, 32]
@@ -48,37 +52,71 @@ def device_name() -> str:
     return torch.cuda.get_device_name() if CUDA else "cpu"
 
 
-def decode_inputs(batch: int, context_len: int, block_size: int, device: str, num_heads: int, num_kv_heads: int,
-                  head_dim: int, dtype: torch.dtype):
-    """The same K/V as a paged cache (blocks in shuffled order) and as a contiguous arena."""
+def paged_inputs(batch: int, context_len: int, block_size: int) -> tuple:
+    """Arguments of paged_decode_attention: each sequence's blocks in shuffled order."""
+    heads, kv_heads, dim, dtype = SHAPE["num_heads"], SHAPE["num_kv_heads"], SHAPE["head_dim"], SHAPE["dtype"]
     blocks_per_seq = -(-context_len // block_size)
     num_blocks = batch * blocks_per_seq
-    query = torch.randn(batch, num_heads, head_dim, device=device, dtype=dtype)
-    k_cache = torch.randn(num_blocks, block_size, num_kv_heads, head_dim, device=device, dtype=dtype)
-    v_cache = torch.randn_like(k_cache)
-    block_tables = torch.randperm(num_blocks, device=device).view(batch, blocks_per_seq).int()
-    context_lens = torch.full((batch,), context_len, dtype=torch.int32, device=device)
-    k_arena = torch.randn(batch * context_len, num_kv_heads, head_dim, device=device, dtype=dtype)
-    v_arena = torch.randn_like(k_arena)
-    seq_starts = torch.arange(batch, device=device, dtype=torch.int64) * context_len
-    scale = head_dim ** -0.5
-    paged = (query, k_cache, v_cache, block_tables, context_lens, scale)
-    contiguous = (query, k_arena, v_arena, seq_starts, context_lens, scale)
-    kv_bytes = 2 * batch * context_len * num_kv_heads * head_dim * query.element_size()
-    return paged, contiguous, kv_bytes
+    k_cache = torch.randn(num_blocks, block_size, kv_heads, dim, device=DEVICE, dtype=dtype)
+    block_tables = torch.randperm(num_blocks, device=DEVICE).view(batch, blocks_per_seq).int()
+    context_lens = torch.full((batch,), context_len, dtype=torch.int32, device=DEVICE)
+    query = torch.randn(batch, heads, dim, device=DEVICE, dtype=dtype)
+    return query, k_cache, torch.randn_like(k_cache), block_tables, context_lens, dim ** -0.5
 
 
-def time_us(fn, reps: int = 5) -> dict:
-    """Per-call time in µs: device time by do_bench on CUDA, wall time on the CPU; mean, p50, p90, p99."""
+def contiguous_inputs(batch: int, context_len: int) -> tuple:
+    """Arguments of contiguous_decode_attention: sequences back to back in the arena."""
+    heads, kv_heads, dim, dtype = SHAPE["num_heads"], SHAPE["num_kv_heads"], SHAPE["head_dim"], SHAPE["dtype"]
+    k_arena = torch.randn(batch * context_len, kv_heads, dim, device=DEVICE, dtype=dtype)
+    seq_starts = torch.arange(batch, device=DEVICE, dtype=torch.int64) * context_len
+    context_lens = torch.full((batch,), context_len, dtype=torch.int32, device=DEVICE)
+    query = torch.randn(batch, heads, dim, device=DEVICE, dtype=dtype)
+    return query, k_arena, torch.randn_like(k_arena), seq_starts, context_lens, dim ** -0.5
+
+
+def kv_bytes_read(batch: int, context_len: int) -> int:
+    return 2 * batch * context_len * SHAPE["num_kv_heads"] * SHAPE["head_dim"] * SHAPE["dtype"].itemsize
+
+
+def copies(nbytes: int) -> int:
+    """How many copies of the inputs to rotate through so that together they overflow L2 (CUDA only)."""
+    return min(64, -(-4 * L2_BYTES // nbytes)) if CUDA else 1
+
+
+def decode_calls(layout: str, batch: int, context_len: int, block_size: int = 16, num_splits: int = 1) -> list:
+    """One call of the decode kernel per copy of its inputs."""
+    ops = load_ops("auto")
+    calls = []
+    for _ in range(copies(kv_bytes_read(batch, context_len))):
+        if layout == "paged":
+            args = paged_inputs(batch, context_len, block_size)
+            calls.append(lambda args=args: ops.paged_decode_attention(*args, num_splits=num_splits))
+        else:
+            args = contiguous_inputs(batch, context_len)
+            calls.append(lambda args=args: ops.contiguous_decode_attention(*args, num_splits=num_splits))
+    return calls
+
+
+def time_us(calls: list, reps: int = 5) -> dict:
+    """Time per call in µs: mean, p50, p90, p99.
+
+    CUDA: triton.testing.do_bench_cudagraph over all the calls, each on its own copy of the
+    inputs, so K/V come from HBM rather than L2 and no Python launch overhead counts.
+    CPU: wall time of the first call.
+    """
     if CUDA:
         import triton.testing
-        times = [ms * 1e3 for ms in triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="all")]
+
+        def run_all():
+            for call in calls:
+                call()
+        times = [ms * 1e3 / len(calls) for ms in triton.testing.do_bench_cudagraph(run_all, return_mode="all")]
     else:
-        fn()
+        calls[0]()
         times = []
         for _ in range(reps):
             start = time.perf_counter()
-            fn()
+            calls[0]()
             times.append((time.perf_counter() - start) * 1e6)
     q = statistics.quantiles(times, n=100) if len(times) > 1 else times * 99
     return dict(mean_us=statistics.fmean(times), p50_us=q[49], p90_us=q[89], p99_us=q[98])
@@ -90,41 +128,39 @@ def bandwidth(kv_bytes: int, mean_us: float) -> dict:
     return dict(gbps=gbps, peak_fraction=gbps / peak if peak else None)
 
 
-def _record(benchmark, fn, kv_bytes: int, **info) -> None:
-    """pytest-benchmark wall time (launch included, device synchronised); device time and bandwidth in extra_info."""
+def _record(benchmark, calls: list, nbytes: int, **info) -> None:
+    """pytest-benchmark: wall time of one synchronised call (launch included); extra_info: device time, bandwidth."""
     def synced():
-        fn()
+        calls[0]()
         if CUDA:
             torch.cuda.synchronize()
 
     if CUDA:
         torch.cuda.synchronize()
     benchmark.pedantic(synced, rounds=1 if benchmark.disabled else 20, warmup_rounds=0 if benchmark.disabled else 3)
-    benchmark.extra_info.update(info, device=device_name(), kv_bytes=kv_bytes)
+    benchmark.extra_info.update(info, device=device_name(), bytes=nbytes)
     if not CUDA:
         benchmark.extra_info["note"] = CPU_NOTE
     elif not benchmark.disabled:
-        stats = time_us(fn)
-        benchmark.extra_info.update(stats, **bandwidth(kv_bytes, stats["mean_us"]))
+        stats = time_us(calls)
+        benchmark.extra_info.update(stats, **bandwidth(nbytes, stats["mean_us"]))
 
 
 @pytest.mark.parametrize("block_size", BLOCK_SIZES)
 @pytest.mark.parametrize("context_len", CONTEXT_LENS)
 @pytest.mark.parametrize("batch", BATCHES)
 def test_paged_decode(benchmark, batch, context_len, block_size):
-    ops = load_ops("auto")
-    paged, _, kv_bytes = decode_inputs(batch, context_len, block_size, "cuda" if CUDA else "cpu", **SHAPE)
     benchmark.group = f"decode batch={batch} context={context_len}"
-    _record(benchmark, lambda: ops.paged_decode_attention(*paged), kv_bytes, impl=ops.name, block_size=block_size)
+    _record(benchmark, decode_calls("paged", batch, context_len, block_size), kv_bytes_read(batch, context_len),
+            impl=load_ops("auto").name, block_size=block_size)
 
 
 @pytest.mark.parametrize("context_len", CONTEXT_LENS)
 @pytest.mark.parametrize("batch", BATCHES)
 def test_contiguous_decode(benchmark, batch, context_len):
-    ops = load_ops("auto")
-    _, contiguous, kv_bytes = decode_inputs(batch, context_len, 16, "cuda" if CUDA else "cpu", **SHAPE)
     benchmark.group = f"decode batch={batch} context={context_len}"
-    _record(benchmark, lambda: ops.contiguous_decode_attention(*contiguous), kv_bytes, impl=ops.name)
+    _record(benchmark, decode_calls("contiguous", batch, context_len), kv_bytes_read(batch, context_len),
+            impl=load_ops("auto").name)
 
 
 @pytest.mark.parametrize("num_tokens", [32, 2048] if CUDA else [32])
@@ -132,14 +168,17 @@ def test_contiguous_decode(benchmark, batch, context_len):
 def test_write_kv(benchmark, num_tokens, block_size):
     """Scatter num_tokens new tokens (a decode step, or a prefill) to random slots of a paged cache."""
     ops = load_ops("auto")
-    device, heads, dim, dtype = "cuda" if CUDA else "cpu", SHAPE["num_kv_heads"], SHAPE["head_dim"], SHAPE["dtype"]
+    heads, dim, dtype = SHAPE["num_kv_heads"], SHAPE["head_dim"], SHAPE["dtype"]
     num_blocks = 4 * -(-num_tokens // block_size)
-    k_cache = torch.zeros(num_blocks, block_size, heads, dim, device=device, dtype=dtype)
-    v_cache = torch.zeros_like(k_cache)
-    key = torch.randn(num_tokens, heads, dim, device=device, dtype=dtype)
-    slots = torch.randperm(num_blocks * block_size, device=device)[:num_tokens]
-    moved = 2 * 2 * key.numel() * key.element_size()   # K and V, each read once and written once
-    _record(benchmark, lambda: ops.write_kv(key, key, k_cache, v_cache, slots), moved, impl=ops.name)
+    moved = 2 * 2 * num_tokens * heads * dim * dtype.itemsize   # K and V, each read once and written once
+    calls = []
+    for _ in range(copies(moved)):
+        k_cache = torch.zeros(num_blocks, block_size, heads, dim, device=DEVICE, dtype=dtype)
+        key = torch.randn(num_tokens, heads, dim, device=DEVICE, dtype=dtype)
+        slots = torch.randperm(num_blocks * block_size, device=DEVICE)[:num_tokens]
+        args = (key, key, k_cache, torch.zeros_like(k_cache), slots)
+        calls.append(lambda args=args: ops.write_kv(*args))
+    _record(benchmark, calls, moved, impl=ops.name, block_size=block_size, num_tokens=num_tokens)
 
 
 def test_peak_bandwidth_is_looked_up_by_device_name():
@@ -158,23 +197,29 @@ def test_script_writes_csv_and_json(tmp_path):
     assert meta["device"] == device_name() and len(meta["rows"]) == 2
 
 
+def resolve_splits(num_splits: int, batch: int, context_len: int) -> int:
+    """Choose the split count on the host (0 = the kernel's heuristic): a CUDA graph cannot sync to choose."""
+    if num_splits or not CUDA:
+        return num_splits
+    from kernels.triton_decode_attention import choose_num_splits
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return choose_num_splits(batch, SHAPE["num_kv_heads"], context_len, sms)
+
+
 def sweep(batches, context_lens, block_sizes, num_splits: int = 1) -> list[dict]:
     """Paged and contiguous decode latency per (batch, context, block size), with the paged/contiguous ratio."""
-    ops = load_ops("auto")
-    device = "cuda" if CUDA else "cpu"
     rows = []
     for batch in batches:
         for context_len in context_lens:
-            _, contiguous, kv_bytes = decode_inputs(batch, context_len, 16, device, **SHAPE)
-            base = time_us(lambda: ops.contiguous_decode_attention(*contiguous, num_splits=num_splits))
+            splits = resolve_splits(num_splits, batch, context_len)
+            kv_bytes = kv_bytes_read(batch, context_len)
+            base = time_us(decode_calls("contiguous", batch, context_len, num_splits=splits))
             base_bw = bandwidth(kv_bytes, base["mean_us"])
-            del contiguous
             for block_size in block_sizes:
-                paged, _, _ = decode_inputs(batch, context_len, block_size, device, **SHAPE)
-                t = time_us(lambda: ops.paged_decode_attention(*paged, num_splits=num_splits))
+                t = time_us(decode_calls("paged", batch, context_len, block_size, num_splits=splits))
                 bw = bandwidth(kv_bytes, t["mean_us"])
                 rows.append(dict(
-                    batch=batch, context_len=context_len, block_size=block_size, num_splits=num_splits,
+                    batch=batch, context_len=context_len, block_size=block_size, num_splits=splits,
                     paged_mean_us=t["mean_us"], paged_p50_us=t["p50_us"], paged_p99_us=t["p99_us"],
                     contiguous_mean_us=base["mean_us"], contiguous_p50_us=base["p50_us"],
                     paged_over_contiguous=t["mean_us"] / base["mean_us"], kv_bytes=kv_bytes,
@@ -183,7 +228,8 @@ def sweep(batches, context_lens, block_sizes, num_splits: int = 1) -> list[dict]
                 print(f"batch {batch:3d} context {context_len:5d} block {block_size:3d}: paged {t['mean_us']:9.1f} us, "
                       f"contiguous {base['mean_us']:9.1f} us, ratio {rows[-1]['paged_over_contiguous']:.3f}, "
                       f"paged {bw['gbps']:7.1f} GB/s", flush=True)
-                del paged
+            if CUDA:
+                torch.cuda.empty_cache()
     return rows
 
 
@@ -209,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
     writer.writerows(rows)
     _write_atomic(args.out / "kernel_bench.csv", buffer.getvalue())
     meta = dict(device=device_name(), impl=load_ops("auto").name, peak_gbps=peak_gbps(device_name()) if CUDA else None,
-                shape={k: str(v) for k, v in SHAPE.items()}, timing="triton.testing.do_bench" if CUDA else CPU_NOTE,
+                shape={k: str(v) for k, v in SHAPE.items()}, timing=("CUDA graph replay (triton.testing.do_bench_cudagraph) over input copies larger than L2"
+                        if CUDA else CPU_NOTE),
                 bandwidth="bytes of K and V read / mean time", rows=rows)
     _write_atomic(args.out / "kernel_bench.json", json.dumps(meta, indent=2))
     print(f"wrote {args.out / 'kernel_bench.csv'} and kernel_bench.json ({len(rows)} rows)")

@@ -1,0 +1,256 @@
+"""One table of a whole sweep, built from its run folders alone.
+
+    python -m results.aggregate SWEEP_DIR [SWEEP_DIR ...] [--threshold S]
+
+A run folder is any folder under SWEEP_DIR (at any depth) holding a
+`summary.json`, an `error.json` or a `.hydra/` folder. A folder with a
+summary is a finished run (the summary is written last): it becomes one row
+of the aggregate, with the summary's keys as columns plus `run_dir` (relative
+to SWEEP_DIR) and `overrides` (the run's Hydra overrides, as one
+shell-quoted command line). Every other run folder is a failure: its
+`error.json` message, or "unfinished" when it has neither file. Failures are
+listed apart and never enter the aggregate.
+
+`write_aggregate` writes `aggregate.parquet`, `aggregate.csv`, `failures.csv`
+(only when some runs failed) and the figures under `figures/`, each
+atomically, and removes the ones an earlier call wrote that the runs no
+longer support, so the outputs always match the run folders.
+`request_rate` is NaN for an offline trace (all requests at t = 0).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+import shlex
+import sys
+
+import pandas as pd
+import yaml
+
+from results.store import SUMMARY, _atomic, write_parquet
+
+ENGINE_ORDER = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
+ERROR = "error.json"
+OVERRIDES = Path(".hydra") / "overrides.yaml"
+AGGREGATE_PARQUET = "aggregate.parquet"
+AGGREGATE_CSV = "aggregate.csv"
+FAILURES_CSV = "failures.csv"
+FIGURES = "figures"
+
+
+def engine_rank(engine) -> int:
+    """Position of an engine in the paper's order; unknown engines after the known ones."""
+    return ENGINE_ORDER.index(engine) if engine in ENGINE_ORDER else len(ENGINE_ORDER)
+
+
+def run_dirs(sweep_dir: Path) -> list[Path]:
+    """Every run folder under `sweep_dir` (itself included), in path order; hidden folders are not entered."""
+    found = []
+    for here, dirs, files in os.walk(sweep_dir):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if SUMMARY in files or ERROR in files or os.path.isdir(os.path.join(here, ".hydra")):
+            found.append(Path(here))
+    return found
+
+
+def read_overrides(run_dir: Path) -> str:
+    path = run_dir / OVERRIDES
+    if not path.is_file():
+        return ""
+    items = yaml.safe_load(path.read_text()) or []
+    return shlex.join(str(item) for item in items)
+
+
+def read_error(run_dir: Path) -> str:
+    path = run_dir / ERROR
+    if not path.is_file():
+        return f"unfinished: no {SUMMARY} and no {ERROR}"
+    try:
+        return str(json.loads(path.read_text()).get("error", "no message"))
+    except (json.JSONDecodeError, AttributeError) as err:
+        return f"unreadable {ERROR}: {err}"
+
+
+def _scan(sweep_dir: Path) -> tuple[list[dict], list[dict]]:
+    """(finished rows, failure rows) of every run folder under `sweep_dir`."""
+    sweep_dir = Path(sweep_dir)
+    finished, failed = [], []
+    for run_dir in run_dirs(sweep_dir):
+        rel = run_dir.relative_to(sweep_dir).as_posix()
+        summary_path = run_dir / SUMMARY
+        if summary_path.is_file():
+            try:
+                summary = json.loads(summary_path.read_text())
+            except json.JSONDecodeError as err:
+                failed.append({"run_dir": rel, "error": f"unreadable {SUMMARY}: {err}",
+                               "overrides": read_overrides(run_dir)})
+                continue
+            finished.append({**summary, "run_dir": rel, "overrides": read_overrides(run_dir)})
+        else:
+            failed.append({"run_dir": rel, "error": read_error(run_dir), "overrides": read_overrides(run_dir)})
+    return finished, failed
+
+
+def _tidy(column: pd.Series) -> pd.Series:
+    """Integer columns with nulls (block_size) as nullable Int64; mixed-type columns as text."""
+    values = [v for v in column if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not values:
+        return column
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return column.astype("Int64")
+    if len({type(v) for v in values}) > 1 and not all(isinstance(v, (int, float)) for v in values):
+        return column.map(lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) else str(v))
+    return column
+
+
+def sort_runs(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows by workload, model, engine (paper order), block size, request rate (offline last), folder."""
+    keys = pd.DataFrame({
+        "workload": df["workload"].astype(str) if "workload" in df else "",
+        "model": df["model"].astype(str) if "model" in df else "",
+        "engine_rank": df["engine"].map(engine_rank) if "engine" in df else 0,
+        "engine": df["engine"].astype(str) if "engine" in df else "",
+        "block": pd.to_numeric(df["block_size"], errors="coerce").fillna(-1) if "block_size" in df else 0,
+        "rate": pd.to_numeric(df["request_rate"], errors="coerce").fillna(math.inf)
+        if "request_rate" in df else 0,
+        "run_dir": df["run_dir"],
+    }, index=df.index)
+    order = keys.sort_values(list(keys.columns), kind="mergesort").index
+    return df.loc[order].reset_index(drop=True)
+
+
+def collect(sweep_dir: str | Path) -> pd.DataFrame:
+    """One row per finished run under `sweep_dir`: summary keys, `run_dir`, `overrides`."""
+    finished, _ = _scan(Path(sweep_dir))
+    if not finished:
+        return pd.DataFrame(columns=["run_dir", "overrides"])
+    columns = list(dict.fromkeys(k for row in finished for k in row if k not in ("run_dir", "overrides")))
+    df = pd.DataFrame([[row.get(c) for c in columns] for row in finished], columns=columns, dtype=object)
+    df = df.apply(_tidy).infer_objects()
+    df["run_dir"] = [row["run_dir"] for row in finished]
+    df["overrides"] = [row["overrides"] for row in finished]
+    return sort_runs(df)
+
+
+def collect_failures(sweep_dir: str | Path) -> pd.DataFrame:
+    """One row per run folder without a finished run: `run_dir`, `error`, `overrides`."""
+    _, failed = _scan(Path(sweep_dir))
+    return pd.DataFrame(failed, columns=["run_dir", "error", "overrides"])
+
+
+def _write_csv(df: pd.DataFrame, path: Path) -> None:
+    _atomic(path, lambda tmp: df.to_csv(tmp, index=False))
+
+
+def write_tables(df: pd.DataFrame, failures: pd.DataFrame, sweep_dir: Path) -> list[Path]:
+    """aggregate.parquet, aggregate.csv and failures.csv (removed when no run failed)."""
+    sweep_dir = Path(sweep_dir)
+    written = [sweep_dir / AGGREGATE_PARQUET, sweep_dir / AGGREGATE_CSV]
+    write_parquet(df, written[0])
+    _write_csv(df, written[1])
+    if len(failures):
+        written.append(sweep_dir / FAILURES_CSV)
+        _write_csv(failures, written[-1])
+    else:
+        (sweep_dir / FAILURES_CSV).unlink(missing_ok=True)
+    return written
+
+
+def write_figures(df: pd.DataFrame, sweep_dir: Path, threshold: float | None = None) -> list[Path]:
+    """The figures the runs support, under sweep_dir/figures; stale ones of ours removed."""
+    from results.plots import FIGURE_NAMES, plot_all   # matplotlib loads only when drawing
+
+    figures_dir = Path(sweep_dir) / FIGURES
+    kwargs = {} if threshold is None else {"threshold": threshold}
+    written = plot_all(df, figures_dir, **kwargs)
+    for name in FIGURE_NAMES:
+        if figures_dir / name not in written:
+            (figures_dir / name).unlink(missing_ok=True)
+    return written
+
+
+def write_aggregate(sweep_dir: str | Path, threshold: float | None = None) -> Path:
+    """Write the tables and figures of `sweep_dir` from its run folders; returns aggregate.parquet's path."""
+    sweep_dir = Path(sweep_dir)
+    df = collect(sweep_dir)
+    write_tables(df, collect_failures(sweep_dir), sweep_dir)
+    write_figures(df, sweep_dir, threshold)
+    return sweep_dir / AGGREGATE_PARQUET
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _fmt(value, spec: str, scale: float = 1.0, missing: str = "n/a") -> str:
+    return missing if _missing(value) else format(float(value) * scale, spec)
+
+
+def format_table(df: pd.DataFrame) -> str:
+    """The compact table: one line per run."""
+    def col(name):
+        return df[name] if name in df else pd.Series([None] * len(df), index=df.index, dtype=object)
+
+    show = pd.DataFrame({
+        "engine": col("engine"),
+        "workload": col("workload"),
+        **({"model": col("model")} if "model" in df and df["model"].nunique() > 1 else {}),
+        "rate": [_fmt(r, "g", missing="offline") for r in col("request_rate")],
+        "block": [_fmt(b, ".0f", missing="-") for b in col("block_size")],
+        "req/s": [_fmt(v, ".3f") for v in col("requests_per_s")],
+        "out tok/s": [_fmt(v, ".1f") for v in col("output_tokens_per_s")],
+        "batch": [_fmt(v, ".2f") for v in col("mean_batch_size")],
+        "token st. %": [_fmt(v, ".1f", 100) for v in col("mem_token_states")],
+        "norm lat s/tok": [_fmt(v, ".4f") for v in col("norm_latency_s_mean")],
+    })
+    return show.to_string(index=False)
+
+
+def check_sweep_dir(sweep_dir: Path) -> str | None:
+    """One line saying why `sweep_dir` cannot be aggregated, or None."""
+    if not sweep_dir.is_dir():
+        return f"{sweep_dir}: no such folder"
+    if not any((d / SUMMARY).is_file() for d in run_dirs(sweep_dir)):
+        return f"{sweep_dir}: no finished run (no {SUMMARY} under it)"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from results.sustainable import DEFAULT_THRESHOLD, format_ratios, format_rates, ratios, sustainable_rates
+
+    parser = argparse.ArgumentParser(prog="python -m results.aggregate", description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help=f"normalized latency (s/token) an engine sustains (default {DEFAULT_THRESHOLD})")
+    args = parser.parse_args(argv)
+    for sweep_dir in args.sweep_dirs:
+        problem = check_sweep_dir(sweep_dir)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
+    for sweep_dir in args.sweep_dirs:
+        df, failures = collect(sweep_dir), collect_failures(sweep_dir)
+        print(f"{sweep_dir}: {len(df)} finished runs, {len(failures)} failed")
+        print(format_table(df))
+        for row in failures.itertuples():
+            error = row.error if len(row.error) <= 120 else row.error[:117] + "..."
+            print(f"  failed: {row.run_dir}: {error}")
+        rates = sustainable_rates(df, args.threshold)
+        if len(rates) and (rates["num_rates"] > 1).any():
+            print(f"sustainable request rate (mean normalized latency <= {args.threshold:g} s/token):")
+            print(format_rates(rates))
+            table = ratios(rates)
+            if len(table):
+                print(format_ratios(table))
+        written = write_tables(df, failures, sweep_dir) + write_figures(df, sweep_dir, args.threshold)
+        print("wrote:")
+        for path in written:
+            print(f"  {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

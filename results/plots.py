@@ -1,0 +1,313 @@
+"""The paper's figures, drawn from an aggregate table (one row per run).
+
+- `plot_memory_waste`: Figure 2, the KV budget split per engine.
+- `plot_latency_vs_rate`: Figure 12, mean normalized latency vs request rate.
+- `plot_batch_size`: Figure 13, mean batch size per engine and request rate.
+- `plot_block_size`: Figure 18b, the paged engine across block sizes.
+- `plot_all`: whichever of these the runs support.
+
+Every figure has one panel per setting (workload, and model, backend,
+hardware or experiment when the table holds several). Figures 2, 12 and 13
+show the paged engine at block size 16, the paper's default, when the table
+has it (else at its smallest block size); runs repeated at one point are
+averaged. PNGs are written atomically.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt   # noqa: E402  (after choosing the backend)
+import numpy as np   # noqa: E402
+import pandas as pd   # noqa: E402
+
+from results.aggregate import ENGINE_ORDER, engine_rank   # noqa: E402
+from results.store import _atomic   # noqa: E402
+from results.sustainable import DEFAULT_THRESHOLD   # noqa: E402
+
+ENGINE_COLORS = {"static": "#7f7f7f", "orca-max": "#d62728", "orca-pow2": "#ff7f0e",
+                 "orca-oracle": "#9467bd", "paged": "#1f77b4"}
+# Colours of the KV split, apart from the engines' colours.
+MEMORY_PARTS = (("token_states", "token states", "#2ca02c"), ("reservation", "reservation", "#98df8a"),
+                ("internal_fragmentation", "internal frag.", "#8c564b"),
+                ("external_fragmentation", "external frag. & others", "#e377c2"), ("free", "free", "#e0e0e0"))
+SETTING_COLUMNS = ("workload", "model", "backend", "hardware", "device", "experiment")
+DEFAULT_BLOCK_SIZE = 16
+FIGURE_NAMES = ("memory_waste.png", "memory_waste_while_waiting.png", "latency_vs_rate.png",
+                "batch_size.png", "block_size.png")
+DPI = 150
+
+
+def engine_color(engine: str) -> str:
+    return ENGINE_COLORS.get(engine, "#17becf")
+
+
+def _numeric(df: pd.DataFrame, column: str) -> pd.Series:
+    if column not in df:
+        return pd.Series(math.nan, index=df.index)
+    return pd.to_numeric(df[column], errors="coerce").astype(float)
+
+
+def _with_keys(df: pd.DataFrame) -> pd.DataFrame:
+    """df with float `rate` (NaN offline) and `block` (NaN when the engine has none)."""
+    return df.assign(rate=_numeric(df, "request_rate"), block=_numeric(df, "block_size"))
+
+
+def setting_columns(df: pd.DataFrame) -> list[str]:
+    """workload, then each other setting column that varies across the table."""
+    cols = [c for c in SETTING_COLUMNS if c in df and (c == "workload" or df[c].nunique(dropna=False) > 1)]
+    return cols or ["engine"]
+
+
+def settings(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(panel title, rows) per setting, in table order."""
+    cols = setting_columns(df)
+    out = []
+    for key, rows in df.groupby(cols, dropna=False, sort=True):
+        key = key if isinstance(key, tuple) else (key,)
+        title = " | ".join(str(v) for v in key if not (isinstance(v, float) and math.isnan(v)))
+        if "model" not in cols and "model" in df and df["model"].notna().any():
+            title += f" | {rows['model'].iloc[0]}"
+        out.append((title, rows))
+    return out
+
+
+def default_block(df: pd.DataFrame) -> pd.DataFrame:
+    """Paged rows at block size 16 if present, else at the smallest; other engines untouched."""
+    df = _with_keys(df)
+    paged = df["engine"] == "paged"
+    blocks = df.loc[paged, "block"].dropna()
+    if blocks.nunique() <= 1:
+        return df
+    keep = DEFAULT_BLOCK_SIZE if (blocks == DEFAULT_BLOCK_SIZE).any() else blocks.min()
+    return df[~paged | (df["block"] == keep)]
+
+
+def engines_in(df: pd.DataFrame) -> list[str]:
+    return sorted(df["engine"].dropna().unique(), key=lambda e: (engine_rank(e), e))
+
+
+def rate_label(rate: float) -> str:
+    return "offline" if math.isnan(rate) else f"{rate:g} req/s"
+
+
+def _panels(n: int, width: float, height: float, sharey: bool = False, max_cols: int = 3):
+    cols = min(n, max_cols)
+    rows = math.ceil(n / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, sharey=sharey)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    return fig, list(axes.flat[:n])
+
+
+def _save(fig, path: Path) -> Path:
+    path = Path(path)
+    fig.tight_layout()
+    _atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight"))
+    plt.close(fig)
+    return path
+
+
+def _require(ok: bool, what: str) -> None:
+    if not ok:
+        raise ValueError(f"the table cannot support this figure: {what}")
+
+
+# --- Figure 2 ---------------------------------------------------------------------------------------------
+
+def memory_rows(df: pd.DataFrame, prefix: str = "mem") -> pd.DataFrame:
+    """Rows with a complete KV split under `prefix`."""
+    cols = [f"{prefix}_{part}" for part, _, _ in MEMORY_PARTS]
+    if not len(df) or any(c not in df for c in cols):
+        return df.iloc[0:0]
+    return df[df[cols].apply(pd.to_numeric, errors="coerce").notna().all(axis=1)]
+
+
+def plot_memory_waste(df: pd.DataFrame, path: Path, prefix: str = "mem", rate: float | None = None) -> Path:
+    """Figure 2: per engine, one bar of the KV budget split into token states, reservation,
+    internal frag., external frag. & others and free (% of the budget, averaged over the run,
+    or over the iterations during which a request waited with prefix="mem_waiting").
+
+    One panel per setting, at one arrival setting: `rate` if given, else offline if the panel
+    has offline runs, else its highest request rate (memory binds most there).
+    """
+    rows = memory_rows(default_block(df), prefix)
+    _require(len(rows) > 0, f"no run with {prefix}_* columns")
+    panels = settings(rows)
+    fig, axes = _panels(len(panels), 6.4, 0.55 * max(len(engines_in(rows)), 2) + 1.4)
+    for ax, (title, panel) in zip(axes, panels):
+        if rate is not None:
+            chosen = panel[panel["rate"] == rate]
+        elif panel["rate"].isna().any():
+            chosen = panel[panel["rate"].isna()]
+        else:
+            chosen = panel[panel["rate"] == panel["rate"].max()]
+        if not len(chosen):
+            ax.set_visible(False)
+            continue
+        engines = engines_in(chosen)
+        y = np.arange(len(engines))[::-1]
+        split = {part: [100 * _numeric(chosen[chosen["engine"] == e], f"{prefix}_{part}").mean() for e in engines]
+                 for part, _, _ in MEMORY_PARTS}
+        left = np.zeros(len(engines))
+        for part, label, color in MEMORY_PARTS:
+            ax.barh(y, split[part], left=left, color=color, label=label, edgecolor="white", linewidth=0.5)
+            left += np.array(split[part])
+        for yi, share in zip(y, split["token_states"]):
+            inside = share >= 12
+            ax.text(share / 2 if inside else share + 1, yi, f"{share:.1f}%", va="center",
+                    ha="center" if inside else "left", fontsize=8, color="white" if inside else "black")
+        ax.set_yticks(y, engines)
+        for tick, engine in zip(ax.get_yticklabels(), engines):
+            tick.set_color(engine_color(engine))
+        ax.set_xlim(0, 100)
+        ax.set_xlabel("% of the KV budget")
+        when = "over the run" if prefix == "mem" else "while requests wait"
+        ax.set_title(f"{title} | {rate_label(chosen['rate'].iloc[0])}\nKV memory {when}", fontsize=9)
+    axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=7, frameon=False)
+    return _save(fig, path)
+
+
+# --- Figure 12 --------------------------------------------------------------------------------------------
+
+def rate_curves(df: pd.DataFrame) -> pd.DataFrame:
+    """Mean normalized latency per setting, engine and finite request rate."""
+    df = default_block(df)
+    df = df[df["rate"].notna() & (df["rate"] < math.inf)]
+    return df.assign(latency=_numeric(df, "norm_latency_s_mean"))
+
+
+def plot_latency_vs_rate(df: pd.DataFrame, path: Path, threshold: float = DEFAULT_THRESHOLD,
+                         y_max: float | None = None) -> Path:
+    """Figure 12: mean normalized latency (s/token) vs request rate (req/s), one line per engine.
+
+    The y axis stops at `y_max` (default 1.2 x threshold once any point passes the threshold,
+    as the paper's stops at 1 s/token), so a blow-up leaves the panel as a steep line; the
+    threshold is drawn dashed.
+    """
+    curves = rate_curves(df)
+    _require(curves["rate"].nunique() >= 2, "needs runs at two or more finite request rates")
+    panels = settings(curves)
+    fig, axes = _panels(len(panels), 4.6, 3.6)
+    for ax, (title, panel) in zip(axes, panels):
+        top = y_max
+        if top is None:
+            highest = panel["latency"].max()
+            top = 1.2 * threshold if highest > threshold else 1.1 * highest
+        for engine in engines_in(panel):
+            points = panel[panel["engine"] == engine].groupby("rate")["latency"].mean()
+            ax.plot(points.index, points.to_numpy(), marker="o", markersize=3.5, color=engine_color(engine),
+                    label=engine)
+        if threshold <= top:
+            ax.axhline(threshold, color="black", linestyle="--", linewidth=0.8)
+        ax.set_ylim(0, top if top > 0 else 1)
+        ax.set_xlim(left=0)
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_ylabel("normalized latency (s/token)")
+        ax.set_title(title, fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+# --- Figure 13 --------------------------------------------------------------------------------------------
+
+def plot_batch_size(df: pd.DataFrame, path: Path) -> Path:
+    """Figure 13: mean decode batch size, one bar per engine, grouped by request rate, one panel per setting."""
+    rows = default_block(df)
+    rows = rows.assign(batch=_numeric(rows, "mean_batch_size"))
+    rows = rows[rows["batch"].notna()]
+    _require(len(rows) > 0, "no run with a mean_batch_size")
+    panels = settings(rows)
+    most = max(p["rate"].nunique(dropna=False) for _, p in panels)
+    fig, axes = _panels(len(panels), max(4.0, 1.3 * most + 1.5), 3.4)
+    for ax, (title, panel) in zip(axes, panels):
+        rates = sorted(panel["rate"].unique(), key=lambda r: (math.isnan(r), r))
+        engines = engines_in(panel)
+        width = 0.8 / len(engines)
+        for i, engine in enumerate(engines):
+            mine = panel[panel["engine"] == engine]
+            heights = [mine.loc[(mine["rate"] == r) | (mine["rate"].isna() & math.isnan(r)), "batch"].mean()
+                       for r in rates]
+            x = np.arange(len(rates)) + (i - (len(engines) - 1) / 2) * width
+            bars = ax.bar(x, heights, width, color=engine_color(engine), label=engine)
+            ax.bar_label(bars, labels=["" if math.isnan(h) else f"{h:.1f}" for h in heights], fontsize=6,
+                         padding=1)
+        ax.set_xticks(np.arange(len(rates)), [rate_label(r) for r in rates])
+        ax.set_ylabel("mean batch size (requests)")
+        ax.set_title(title, fontsize=9)
+        ax.margins(y=0.12)
+        ax.legend(fontsize=7)
+    return _save(fig, path)
+
+
+# --- Figure 18b -------------------------------------------------------------------------------------------
+
+def block_size_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """Paged runs of every setting and rate measured at two or more block sizes."""
+    if not len(df) or "engine" not in df:
+        return df.iloc[0:0]
+    paged = _with_keys(df[df["engine"] == "paged"])
+    paged = paged[paged["block"].notna()]
+    if not len(paged):
+        return paged
+    keys = setting_columns(paged) + ["rate"]
+    sizes = paged.groupby(keys, dropna=False)["block"].transform("nunique")
+    return paged[sizes >= 2]
+
+
+BLOCK_METRICS = (("mean_batch_size", "mean batch size", 1.0), ("mem_token_states", "token states (% of KV)", 100.0),
+                 ("norm_latency_s_mean", "normalized latency (s/token)", 1.0),
+                 ("requests_per_s", "throughput (req/s)", 1.0))
+
+
+def plot_block_size(df: pd.DataFrame, path: Path) -> Path:
+    """Figure 18b: the paged engine vs block size (log2 axis): mean batch size, token-state %,
+    mean normalized latency and throughput, one line per setting and request rate."""
+    rows = block_size_rows(df)
+    _require(len(rows) > 0, "needs paged runs at two or more block sizes")
+    fig, axes = _panels(len(BLOCK_METRICS), 4.2, 3.2, max_cols=2)
+    lines = [(title, rate, part) for title, panel in settings(rows)
+             for rate, part in panel.groupby("rate", dropna=False, sort=True)]
+    for ax, (column, label, scale) in zip(axes, BLOCK_METRICS):
+        for i, (title, rate, part) in enumerate(lines):
+            points = part.assign(value=_numeric(part, column) * scale).groupby("block")["value"].mean()
+            ax.plot(points.index, points.to_numpy(), marker="o", markersize=3.5, color=f"C{i % 10}",
+                    label=f"{title} | {rate_label(rate)}")
+        blocks = sorted(rows["block"].unique())
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(blocks, [str(int(b)) for b in blocks])
+        ax.minorticks_off()
+        ax.set_xlabel("block size (tokens)")
+        ax.set_ylabel(label)
+        highest = np.nanmax([line.get_ydata().max() for line in ax.get_lines()] + [0])
+        ax.set_ylim(0, 1.1 * highest if highest > 0 else 1)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=6)
+    fig.suptitle("paged engine vs block size", fontsize=10)
+    return _save(fig, path)
+
+
+# --- all --------------------------------------------------------------------------------------------------
+
+def plot_all(df: pd.DataFrame, figures_dir: Path, threshold: float = DEFAULT_THRESHOLD) -> list[Path]:
+    """Draw into `figures_dir` each figure the table supports; returns the paths written."""
+    figures_dir = Path(figures_dir)
+    if not len(df) or "engine" not in df:
+        return []
+    written = []
+    if len(memory_rows(default_block(df), "mem")):
+        written.append(plot_memory_waste(df, figures_dir / "memory_waste.png"))
+    if len(memory_rows(default_block(df), "mem_waiting")):
+        written.append(plot_memory_waste(df, figures_dir / "memory_waste_while_waiting.png", prefix="mem_waiting"))
+    curves = rate_curves(df)
+    if curves["rate"].nunique() >= 2 and curves["latency"].notna().any():
+        written.append(plot_latency_vs_rate(df, figures_dir / "latency_vs_rate.png", threshold))
+    if _numeric(df, "mean_batch_size").notna().any():
+        written.append(plot_batch_size(df, figures_dir / "batch_size.png"))
+    if len(block_size_rows(df)):
+        written.append(plot_block_size(df, figures_dir / "block_size.png"))
+    return written
