@@ -26,6 +26,7 @@ from results.store import SUMMARY, is_complete, save_run, write_json
 from results.sweep_callback import register_resolvers
 from results.summary import summarize
 from results.table import format_summary
+from results.wandb_logger import log_to_wandb, sweep_group
 from results.tables import iterations_frame, requests_frame
 from workloads import WorkloadConfig, build_workload, format_stats, trace_stats
 
@@ -47,6 +48,13 @@ def bad_group_choice(argv: list[str]) -> str | None:
             if option and option != "null" and option not in options:
                 return f"{key}={option} is not an option; valid: {', '.join(options)}"
     return None
+
+
+def multirun_group() -> str | None:
+    """Every run of one multirun shares a wandb group named after the sweep folder; a single run has none."""
+    if not HydraConfig.initialized() or HydraConfig.get().mode != RunMode.MULTIRUN:
+        return None
+    return sweep_group(HydraConfig.get().sweep.dir)
 
 
 def plain(node) -> dict:
@@ -111,6 +119,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         summary["forward_s"] = executor.forward_s
         summary["forward_fraction_of_iterations"] = executor.forward_s / busy if busy > 0 else None
     save_run(run_dir, iterations, reqs, summary)
+    log_to_wandb(plain(cfg.logger), plain(cfg), run_dir, iterations, reqs, summary, group=multirun_group())
     rejected = reqs[reqs["status"] == "rejected"]
     if len(rejected):
         log.warning("%d requests rejected, e.g. request %d: %s", len(rejected),

@@ -30,7 +30,7 @@ import sys
 import pandas as pd
 import yaml
 
-from results.store import SUMMARY, _atomic, write_parquet
+from results.store import SUMMARY, atomic_write, write_parquet
 
 ENGINE_ORDER = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
 ERROR = "error.json"
@@ -142,7 +142,7 @@ def collect_failures(sweep_dir: str | Path) -> pd.DataFrame:
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
-    _atomic(path, lambda tmp: df.to_csv(tmp, index=False))
+    atomic_write(path, lambda tmp: df.to_csv(tmp, index=False))
 
 
 def write_tables(df: pd.DataFrame, failures: pd.DataFrame, sweep_dir: Path) -> list[Path]:
@@ -211,8 +211,10 @@ def format_table(df: pd.DataFrame) -> str:
 
 def check_sweep_dir(sweep_dir: Path) -> str | None:
     """One line saying why `sweep_dir` cannot be aggregated, or None."""
-    if not sweep_dir.is_dir():
+    if not sweep_dir.exists():
         return f"{sweep_dir}: no such folder"
+    if not sweep_dir.is_dir():
+        return f"{sweep_dir}: not a folder"
     if not any((d / SUMMARY).is_file() for d in run_dirs(sweep_dir)):
         return f"{sweep_dir}: no finished run (no {SUMMARY} under it)"
     return None

@@ -20,12 +20,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt   # noqa: E402  (after choosing the backend)
+from matplotlib.patches import Patch   # noqa: E402  (after choosing the backend)
+import matplotlib.pyplot as plt   # noqa: E402
 import numpy as np   # noqa: E402
 import pandas as pd   # noqa: E402
 
-from results.aggregate import ENGINE_ORDER, engine_rank   # noqa: E402
-from results.store import _atomic   # noqa: E402
+from results.aggregate import engine_rank   # noqa: E402
+from results.store import atomic_write   # noqa: E402
 from results.sustainable import DEFAULT_THRESHOLD   # noqa: E402
 
 ENGINE_COLORS = {"static": "#7f7f7f", "orca-max": "#d62728", "orca-pow2": "#ff7f0e",
@@ -58,13 +59,14 @@ def _with_keys(df: pd.DataFrame) -> pd.DataFrame:
 
 def setting_columns(df: pd.DataFrame) -> list[str]:
     """workload, then each other setting column that varies across the table."""
-    cols = [c for c in SETTING_COLUMNS if c in df and (c == "workload" or df[c].nunique(dropna=False) > 1)]
-    return cols or ["engine"]
+    return [c for c in SETTING_COLUMNS if c in df and (c == "workload" or df[c].nunique(dropna=False) > 1)]
 
 
 def settings(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
-    """(panel title, rows) per setting, in table order."""
+    """(panel title, rows) per setting, sorted by setting."""
     cols = setting_columns(df)
+    if not cols:
+        return [("all runs", df)]
     out = []
     for key, rows in df.groupby(cols, dropna=False, sort=True):
         key = key if isinstance(key, tuple) else (key,)
@@ -90,14 +92,21 @@ def engines_in(df: pd.DataFrame) -> list[str]:
     return sorted(df["engine"].dropna().unique(), key=lambda e: (engine_rank(e), e))
 
 
+def engine_label(df: pd.DataFrame, engine: str) -> str:
+    """The engine's name, with its block size when it has exactly one in `df` ("paged (block 16)")."""
+    blocks = df.loc[df["engine"] == engine, "block"].dropna().unique()
+    return f"{engine} (block {int(blocks[0])})" if len(blocks) == 1 else engine
+
+
 def rate_label(rate: float) -> str:
     return "offline" if math.isnan(rate) else f"{rate:g} req/s"
 
 
-def _panels(n: int, width: float, height: float, sharey: bool = False, max_cols: int = 3):
+def _panels(n: int, width: float, height: float, max_cols: int = 3):
+    """A figure of n panels of width x height inches, at most max_cols a row."""
     cols = min(n, max_cols)
     rows = math.ceil(n / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False, sharey=sharey)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     return fig, list(axes.flat[:n])
@@ -105,9 +114,11 @@ def _panels(n: int, width: float, height: float, sharey: bool = False, max_cols:
 
 def _save(fig, path: Path) -> Path:
     path = Path(path)
-    fig.tight_layout()
-    _atomic(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight"))
-    plt.close(fig)
+    try:
+        fig.tight_layout()
+        atomic_write(path, lambda tmp: fig.savefig(tmp, format="png", dpi=DPI, bbox_inches="tight"))
+    finally:
+        plt.close(fig)
     return path
 
 
@@ -132,7 +143,8 @@ def plot_memory_waste(df: pd.DataFrame, path: Path, prefix: str = "mem", rate: f
     or over the iterations during which a request waited with prefix="mem_waiting").
 
     One panel per setting, at one arrival setting: `rate` if given, else offline if the panel
-    has offline runs, else its highest request rate (memory binds most there).
+    has offline runs, else its highest request rate (memory binds most there). With
+    prefix="mem_waiting", an engine whose runs there never made a request wait has no bar.
     """
     rows = memory_rows(default_block(df), prefix)
     _require(len(rows) > 0, f"no run with {prefix}_* columns")
@@ -159,15 +171,17 @@ def plot_memory_waste(df: pd.DataFrame, path: Path, prefix: str = "mem", rate: f
         for yi, share in zip(y, split["token_states"]):
             inside = share >= 12
             ax.text(share / 2 if inside else share + 1, yi, f"{share:.1f}%", va="center",
-                    ha="center" if inside else "left", fontsize=8, color="white" if inside else "black")
-        ax.set_yticks(y, engines)
+                    ha="center" if inside else "left", fontsize=8, color="white" if inside else "black",
+                    bbox=None if inside else {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"})
+        ax.set_yticks(y, [engine_label(chosen, e) for e in engines])
         for tick, engine in zip(ax.get_yticklabels(), engines):
             tick.set_color(engine_color(engine))
         ax.set_xlim(0, 100)
         ax.set_xlabel("% of the KV budget")
         when = "over the run" if prefix == "mem" else "while requests wait"
         ax.set_title(f"{title} | {rate_label(chosen['rate'].iloc[0])}\nKV memory {when}", fontsize=9)
-    axes[0].legend(loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=3, fontsize=7, frameon=False)
+    fig.legend(handles=[Patch(color=color, label=label) for _, label, color in MEMORY_PARTS],
+               loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5, fontsize=7, frameon=False)
     return _save(fig, path)
 
 
@@ -180,6 +194,14 @@ def rate_curves(df: pd.DataFrame) -> pd.DataFrame:
     return df.assign(latency=_numeric(df, "norm_latency_s_mean"))
 
 
+def has_curve(curves: pd.DataFrame) -> bool:
+    """Whether some engine has a latency at two or more request rates in one setting."""
+    curves = curves[curves["latency"].notna()]
+    if not len(curves):
+        return False
+    return bool(curves.groupby([*setting_columns(curves), "engine"], dropna=False)["rate"].nunique().max() >= 2)
+
+
 def plot_latency_vs_rate(df: pd.DataFrame, path: Path, threshold: float = DEFAULT_THRESHOLD,
                          y_max: float | None = None) -> Path:
     """Figure 12: mean normalized latency (s/token) vs request rate (req/s), one line per engine.
@@ -189,18 +211,18 @@ def plot_latency_vs_rate(df: pd.DataFrame, path: Path, threshold: float = DEFAUL
     threshold is drawn dashed.
     """
     curves = rate_curves(df)
-    _require(curves["rate"].nunique() >= 2, "needs runs at two or more finite request rates")
+    _require(has_curve(curves), "needs an engine's runs at two or more finite request rates")
     panels = settings(curves)
     fig, axes = _panels(len(panels), 4.6, 3.6)
     for ax, (title, panel) in zip(axes, panels):
         top = y_max
         if top is None:
             highest = panel["latency"].max()
-            top = 1.2 * threshold if highest > threshold else 1.1 * highest
+            top = 1.2 * threshold if not highest <= threshold else 1.1 * highest
         for engine in engines_in(panel):
             points = panel[panel["engine"] == engine].groupby("rate")["latency"].mean()
             ax.plot(points.index, points.to_numpy(), marker="o", markersize=3.5, color=engine_color(engine),
-                    label=engine)
+                    label=engine_label(panel, engine))
         if threshold <= top:
             ax.axhline(threshold, color="black", linestyle="--", linewidth=0.8)
         ax.set_ylim(0, top if top > 0 else 1)
@@ -233,7 +255,7 @@ def plot_batch_size(df: pd.DataFrame, path: Path) -> Path:
             heights = [mine.loc[(mine["rate"] == r) | (mine["rate"].isna() & math.isnan(r)), "batch"].mean()
                        for r in rates]
             x = np.arange(len(rates)) + (i - (len(engines) - 1) / 2) * width
-            bars = ax.bar(x, heights, width, color=engine_color(engine), label=engine)
+            bars = ax.bar(x, heights, width, color=engine_color(engine), label=engine_label(panel, engine))
             ax.bar_label(bars, labels=["" if math.isnan(h) else f"{h:.1f}" for h in heights], fontsize=6,
                          padding=1)
         ax.set_xticks(np.arange(len(rates)), [rate_label(r) for r in rates])
@@ -303,8 +325,7 @@ def plot_all(df: pd.DataFrame, figures_dir: Path, threshold: float = DEFAULT_THR
         written.append(plot_memory_waste(df, figures_dir / "memory_waste.png"))
     if len(memory_rows(default_block(df), "mem_waiting")):
         written.append(plot_memory_waste(df, figures_dir / "memory_waste_while_waiting.png", prefix="mem_waiting"))
-    curves = rate_curves(df)
-    if curves["rate"].nunique() >= 2 and curves["latency"].notna().any():
+    if has_curve(rate_curves(df)):
         written.append(plot_latency_vs_rate(df, figures_dir / "latency_vs_rate.png", threshold))
     if _numeric(df, "mean_batch_size").notna().any():
         written.append(plot_batch_size(df, figures_dir / "batch_size.png"))

@@ -17,12 +17,13 @@ import pandas as pd
 SUMMARY = "summary.json"
 
 
-def _atomic(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o644)   # mkstemp makes files private; results are for everyone who reads the folder
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -30,7 +31,7 @@ def _atomic(path: Path, write) -> None:
 
 
 def write_parquet(df: pd.DataFrame, path: Path) -> None:
-    _atomic(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+    atomic_write(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
 
 
 def _clean(value):
@@ -47,7 +48,7 @@ def write_json(obj: dict, path: Path) -> None:
         with open(tmp, "w") as f:
             json.dump(_clean(obj), f, indent=2, sort_keys=False, allow_nan=False)
             f.write("\n")
-    _atomic(Path(path), write)
+    atomic_write(Path(path), write)
 
 
 def save_run(run_dir: Path, iterations: pd.DataFrame, requests: pd.DataFrame, summary: dict) -> None:

@@ -149,7 +149,7 @@ def format_rates(rates: pd.DataFrame) -> str:
         show["block_size"] = show["block_size"].map(_block)
     show["sustainable_rate"] = [f"{b if b != '=' else ''}{r:.3g}" for r, b in
                                 zip(show.pop("sustainable_rate"), show.pop("bound"))]
-    show["measured"] = [f"{lo:g}-{hi:g} ({n})" for lo, hi, n in
+    show["measured"] = [f"{lo:g}{'' if hi == lo else f'-{hi:g}'} ({n})" for lo, hi, n in
                         zip(show.pop("min_rate"), show.pop("max_rate"), show.pop("num_rates"))]
     return show.rename(columns={"sustainable_rate": "req/s", "measured": "rates (n)"}).to_string(index=False)
 

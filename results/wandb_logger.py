@@ -7,6 +7,7 @@ that is logged in (`wandb login`), with
 
     wandb sync outputs/runs/DATE/TIME_ENGINE_WORKLOAD/wandb/offline-run-*
     wandb sync outputs/multirun/DATE/TIME/*/wandb/offline-run-*      # every run of a sweep
+    wandb sync outputs/experiments/NAME/*/wandb/offline-run-*        # every run of an experiment
 
 Logging starts after the run's tables and summary are on disk, and a wandb
 error here is one warning line: it never costs a run its results.
@@ -85,7 +86,10 @@ def iteration_series(iterations: pd.DataFrame, max_points: int) -> pd.DataFrame:
     if len(iterations) == 0:
         return pd.DataFrame(columns=["step", "start_s"])
     starts = bucket_starts(len(iterations), max_points)
-    sums = lambda values: np.add.reduceat(np.asarray(values, dtype=np.float64), starts)  # noqa: E731
+
+    def sums(values) -> np.ndarray:
+        return np.add.reduceat(np.asarray(values, dtype=np.float64), starts)
+
     duration = sums(iterations["duration_s"])
     count = sums(np.ones(len(iterations)))
     weight = iterations["duration_s"].to_numpy(dtype=np.float64)
@@ -146,6 +150,15 @@ def run_name(summary: dict) -> str:
     if summary.get("arrival") not in (None, "offline") and summary.get("request_rate"):
         parts.append(f"rate{summary['request_rate']:g}")
     return "-".join(p for p in parts if p)
+
+
+def sweep_group(sweep_dir: str | Path) -> str:
+    """A sweep folder as a wandb group, unique per sweep and shared by its runs.
+
+    `outputs/multirun/2026-01-31/12-00-00` -> `2026-01-31_12-00-00`;
+    `outputs/experiments/throughput` -> `experiments_throughput`.
+    """
+    return "_".join(Path(sweep_dir).parts[-2:])
 
 
 class WandbRun:

@@ -99,3 +99,12 @@ def test_joblib_sweep_writes_every_run_and_rerunning_skips_them(tmp_path):
     assert again.returncode == 0
     assert "skipping" in again.stdout + again.stderr
     assert {p: p.stat().st_mtime_ns for p in summaries} == stamps
+
+
+@pytest.mark.slow
+def test_logger_wandb_writes_an_offline_run_into_the_run_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_DATA_DIR", str(tmp_path / "wandb-data"))
+    monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "wandb-cache"))
+    monkeypatch.setenv("WANDB_CONFIG_DIR", str(tmp_path / "wandb-config"))
+    run_config(["engine=paged", "logger=wandb", *SMALL], tmp_path / "run")
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb"))

@@ -13,13 +13,14 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from engines.memory_split import CATEGORIES
-from results.wandb_logger import LoggerConfig, iteration_series, log_to_wandb, run_name
+from results.wandb_logger import LoggerConfig, WandbRun, iteration_series, log_to_wandb, run_name, sweep_group
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 32 * 1024          # the log is cut into 32 KiB blocks
@@ -32,6 +33,8 @@ def read_records(path: Path):
     from wandb.proto import wandb_internal_pb2
 
     data = path.read_bytes()
+    if len(data) < 7:   # not even the header yet
+        return
     assert data[:4] == b":W&B", "not a wandb run log"
     pos, chunks = 7, []   # the file header (ident, magic, version) fills the first 7 bytes
     while pos + HEADER.size <= len(data):
@@ -43,6 +46,8 @@ def read_records(path: Path):
             pos += BLOCK - pos % BLOCK
             continue
         pos += HEADER.size
+        if pos + length > len(data):   # still being written
+            return
         chunks.append(data[pos:pos + length])
         pos += length
         if kind in (1, 4):
@@ -50,6 +55,22 @@ def read_records(path: Path):
             record.ParseFromString(b"".join(chunks))
             chunks = []
             yield record
+
+
+def finished_records(folder: Path, timeout_s: float = 10.0) -> list:
+    """The records of the run in `folder` once its `exit` record is on disk.
+
+    `run.finish()` returns before wandb-core has necessarily flushed the file
+    (it does by process exit), so wait for the last record, checking every 50 ms.
+    """
+    [path] = folder.glob("run-*.wandb")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        records = list(read_records(path))
+        if records and records[-1].WhichOneof("record_type") == "exit":
+            return records
+        assert time.monotonic() < deadline, f"{path} has no exit record after {timeout_s} s"
+        time.sleep(0.05)
 
 
 def fake_run(n_iterations: int = 10, n_requests: int = 6):
@@ -75,16 +96,17 @@ def fake_run(n_iterations: int = 10, n_requests: int = 6):
         "status": ["finished"] * (n_requests - 1) + ["rejected"],
         "rejected_reason": pd.array([None] * (n_requests - 1) + ["longer than max_seq_len"], dtype="string"),
     })
-    summary = {"engine": "paged", "block_size": 16, "workload": "sharegpt", "model": "opt-13b", "arrival": "offline",
-               "request_rate": float("inf"), "experiment": None, "requests_per_s": 1.25, "output_tokens_per_s": 10.0,
-               "mean_batch_size": np.float64(3.7), "num_preemptions": np.int64(2), "ttft_s_p99": float("nan")}
+    summary = {"engine": "paged", "block_size": 16, "workload": "sharegpt", "model": "opt-13b",
+               "arrival": "offline", "request_rate": float("inf"), "experiment": None,
+               "requests_per_s": 1.25, "output_tokens_per_s": 10.0, "mean_batch_size": np.float64(3.7),
+               "num_preemptions": np.int64(2), "ttft_s_p99": float("nan")}
     return iterations, requests, summary
 
 
 @pytest.fixture
 def wandb_home(tmp_path, monkeypatch):
-    """wandb's caches, staging and settings under tmp_path, not the user's home."""
-    for var in ("WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR"):
+    """wandb's caches, staging, settings and service logs under tmp_path, not the user's home."""
+    for var in ("WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR", "XDG_CACHE_HOME"):
         monkeypatch.setenv(var, str(tmp_path / "wandb-home" / var.lower()))
     monkeypatch.delenv("WANDB_MODE", raising=False)
     return tmp_path
@@ -120,17 +142,26 @@ def test_run_name_says_engine_workload_and_rate():
                      "request_rate": 1.0}) == "orca-pow2-sharegpt"
 
 
+def test_sweep_group_names_the_sweep_not_its_time_of_day():
+    assert sweep_group("outputs/multirun/2026-01-31/12-00-00") == "2026-01-31_12-00-00"
+    assert sweep_group(Path("/abs/outputs/experiments/throughput")) == "experiments_throughput"
+
+
 def test_offline_run_records_config_series_table_and_summary(wandb_home, tmp_path):
     iterations, requests, summary = fake_run(n_iterations=10)
     run_dir = tmp_path / "run"
-    config = {"engine": {"name": "paged", "block_size": 16}, "workload": {"name": "sharegpt", "request_rate": float("inf")},
+    config = {"engine": {"name": "paged", "block_size": 16},
+              "workload": {"name": "sharegpt", "request_rate": float("inf")},
               "logger": dict(WANDB_CFG, max_iteration_points=4)}
-    folder = log_to_wandb(config["logger"], config, run_dir, iterations, requests, summary, group="2026-01-01_12-00-00")
+    folder = log_to_wandb(config["logger"], config, run_dir, iterations, requests, summary,
+                          group="2026-01-01_12-00-00")
 
     assert folder is not None and folder.parent == run_dir / "wandb" and folder.name.startswith("offline-run-")
-    [log_file] = folder.glob("run-*.wandb")
-    records = list(read_records(log_file))
-    by_kind = lambda kind: [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]  # noqa: E731
+    records = finished_records(folder)
+
+    def by_kind(kind: str) -> list:
+        return [getattr(r, kind) for r in records if r.WhichOneof("record_type") == kind]
+
 
     [run] = by_kind("run")
     assert (run.project, run.run_group, run.display_name) == ("pagedbench-test", "2026-01-01_12-00-00",
@@ -173,6 +204,20 @@ def test_offline_run_records_config_series_table_and_summary(wandb_home, tmp_pat
     assert table["data"][0][-1] is None and table["data"][-1][2] is None
 
 
+def test_figures_are_logged_as_images(wandb_home, tmp_path):
+    from PIL import Image
+
+    plot = tmp_path / "throughput_vs_rate.png"
+    Image.new("RGB", (8, 6), "white").save(plot)
+    run = WandbRun.start(WANDB_CFG, {"sweep": "rates"}, tmp_path / "sweep", name="sweep-plots", group="sweep")
+    run.log_figures([plot])
+    run.finish()
+    keys = {".".join(i.nested_key) or i.key for r in finished_records(run.folder)
+            if r.WhichOneof("record_type") == "history" for i in r.history.item}
+    assert "figures/throughput_vs_rate._type" in keys
+    assert list((run.folder / "files" / "media" / "images" / "figures").glob("throughput_vs_rate_*.png"))
+
+
 @pytest.mark.parametrize("logger", [{"name": "none"}, dict(WANDB_CFG, mode="disabled")])
 def test_no_logger_writes_nothing_and_never_imports_wandb(logger, tmp_path):
     script = textwrap.dedent(f"""
@@ -204,6 +249,21 @@ def test_wandb_failure_is_one_warning_and_keeps_going(wandb_home, tmp_path, monk
     message = record.getMessage()
     assert "wandb logging failed" in message and "cannot reach the service" in message
     assert "\n" not in message
+
+
+def test_failure_midway_closes_the_wandb_run_as_failed(wandb_home, tmp_path, monkeypatch, caplog):
+    import wandb
+
+    def broken_table(*args, **kwargs):
+        raise TypeError("bad column")
+
+    monkeypatch.setattr(wandb, "Table", broken_table)
+    iterations, requests, summary = fake_run()
+    with caplog.at_level(logging.WARNING, logger="pagedbench"):
+        assert log_to_wandb(WANDB_CFG, {}, tmp_path, iterations, requests, summary) is None
+    assert "wandb logging failed" in caplog.text and "TypeError: bad column" in caplog.text
+    [folder] = (tmp_path / "wandb").glob("offline-run-*")
+    assert finished_records(folder)[-1].exit.exit_code == 1
 
 
 def test_bad_logger_config_is_one_warning(caplog):
