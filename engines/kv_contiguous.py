@@ -14,6 +14,8 @@ class ContiguousKV:
         self.max_seq_len = max_seq_len
         self.arena = ContiguousArena(capacity, allocator)
 
+    recomputes = False   # a region never grows, so nothing is ever preempted
+
     def describe(self) -> str:
         return (f"contiguous arena of {self.capacity:,} slots, {self.arena.allocator_name} allocator, "
                 f"reservation={self.reservation.value}")

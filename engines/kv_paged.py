@@ -15,6 +15,8 @@ class PagedKV:
         self.watermark_blocks = int(watermark * self.pool.num_blocks)
         self.block_tables: dict[int, list[int]] = {}
 
+    recomputes = True   # a sequence that cannot grow is preempted and recomputed
+
     def describe(self) -> str:
         return (f"block pool of {self.pool.num_blocks:,} blocks x {self.block_size} slots, "
                 f"admission watermark {self.watermark_blocks} blocks")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from engines.admission import reject, rejection_reason
 from engines.batch import Batch
 from engines.config import SchedulerLimits
 from engines.memory_split import MemorySplit
@@ -28,14 +29,11 @@ class IterationScheduler:
 
     def add(self, seq: Sequence, now: float) -> bool:
         """Queue an arrived request; False (and the sequence rejected) if it can never run."""
-        reason = self.kv.rejection(seq)
-        if reason is None and seq.final_len > self.limits.max_seq_len:
-            reason = f"prompt + output = {seq.final_len} exceeds max_seq_len {self.limits.max_seq_len}"
-        if reason is None and seq.final_len - 1 > self.limits.max_num_batched_tokens:
-            reason = (f"a recompute of up to {seq.final_len - 1} tokens exceeds "
-                      f"max_num_batched_tokens {self.limits.max_num_batched_tokens}")
+        # A preempted sequence is recomputed: its prompt and all but its last output token in one prefill.
+        longest = seq.final_len - 1 if self.kv.recomputes else seq.prompt_len
+        reason = rejection_reason(seq, self.kv, self.limits, longest)
         if reason is not None:
-            seq.status, seq.rejected_reason, seq.finish_s = Status.REJECTED, reason, now
+            reject(seq, reason, now)
             return False
         self.waiting.append(seq)
         return True

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from engines.admission import reject, rejection_reason
 from engines.batch import Batch
 from engines.config import SchedulerLimits
 from engines.memory_split import MemorySplit
@@ -28,13 +29,9 @@ class StaticScheduler:
         self._decode_steps = 0
 
     def add(self, seq: Sequence, now: float) -> bool:
-        reason = self.kv.rejection(seq)
-        if reason is None and seq.final_len > self.limits.max_seq_len:
-            reason = f"prompt + output = {seq.final_len} exceeds max_seq_len {self.limits.max_seq_len}"
-        if reason is None and seq.prompt_len > self.limits.max_num_batched_tokens:
-            reason = f"prompt {seq.prompt_len} exceeds max_num_batched_tokens {self.limits.max_num_batched_tokens}"
+        reason = rejection_reason(seq, self.kv, self.limits, seq.prompt_len)
         if reason is not None:
-            seq.status, seq.rejected_reason, seq.finish_s = Status.REJECTED, reason, now
+            reject(seq, reason, now)
             return False
         self.waiting.append(seq)
         return True

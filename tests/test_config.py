@@ -41,6 +41,8 @@ def test_every_experiment_composes_with_its_sweep(experiment):
     assert cfg.experiment_name == experiment
     assert cfg.backend.name == "sim"
     assert cfg.hydra.sweeper.params, "an experiment lists what it sweeps"
+    if experiment == "block_size":   # inherits the throughput sweep, but only the paged engine has blocks
+        assert cfg.hydra.sweeper.params["engine"] == "paged"
     WorkloadConfig.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
     EngineConfig.from_dict(OmegaConf.to_container(cfg.engine, resolve=True))
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 
-from workloads.cache import cached_pairs
-from workloads.pairs import TokenizedPairs, tokenize_pairs
+from workloads.cache import read_and_tokenize
+from workloads.pairs import TokenizedPairs
 
 log = logging.getLogger("workloads")
 
@@ -26,16 +25,7 @@ def load_alpaca(path: str, tokenizer) -> TokenizedPairs:
     if not file.is_file():
         raise ValueError(f"Alpaca file {str(file)!r} does not exist")
 
-    def build() -> tuple[TokenizedPairs, dict]:
-        start = time.perf_counter()
-        pairs, info = read_alpaca(file)
-        read_s = time.perf_counter() - start
-        tokenized = tokenize_pairs(pairs, tokenizer)
-        log.info("alpaca: read %d pairs in %.1f s, tokenized them with %s in %.1f s",
-                 len(pairs), read_s, tokenizer.name, time.perf_counter() - start - read_s)
-        return tokenized, info
-
-    pairs, info = cached_pairs("alpaca", LOADER_VERSION, file, tokenizer, build)
+    pairs, info = read_and_tokenize("alpaca", LOADER_VERSION, file, tokenizer, read_alpaca)
     log.info("alpaca: read %d records from %s, %d usable", info["records"], file, info["pairs"])
     return pairs
 

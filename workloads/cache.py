@@ -16,12 +16,13 @@ import json
 import logging
 import os
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
-from workloads.pairs import TokenizedPairs
+from workloads.pairs import TokenizedPairs, tokenize_pairs
 
 log = logging.getLogger("workloads")
 
@@ -109,3 +110,18 @@ def _write(file: Path, key: str, pairs: TokenizedPairs, info: dict) -> None:
         log.warning("could not write cache file %s (%s); continuing without it", file, err)
         if tmp_name is not None and os.path.exists(tmp_name):
             os.unlink(tmp_name)
+
+
+def read_and_tokenize(loader: str, version: int, path: Path, tokenizer,
+                      read: Callable[[Path], tuple[list[tuple[str, str]], dict]]) -> tuple[TokenizedPairs, dict]:
+    """`read` the file's (prompt, completion) pairs and tokenize them, or take both from the cache."""
+    def build() -> tuple[TokenizedPairs, dict]:
+        start = time.perf_counter()
+        pairs, info = read(path)
+        read_s = time.perf_counter() - start
+        tokenized = tokenize_pairs(pairs, tokenizer)
+        log.info("%s: read %d pairs in %.1f s, tokenized them with %s in %.1f s",
+                 loader, len(pairs), read_s, tokenizer.name, time.perf_counter() - start - read_s)
+        return tokenized, info
+
+    return cached_pairs(loader, version, path, tokenizer, build)

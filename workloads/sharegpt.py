@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from pathlib import Path
 
-from workloads.cache import cached_pairs
-from workloads.pairs import TokenizedPairs, tokenize_pairs
+from workloads.cache import read_and_tokenize
+from workloads.pairs import TokenizedPairs
 
 log = logging.getLogger("workloads")
 
@@ -36,16 +35,7 @@ def _load(path: Path, tokenizer) -> TokenizedPairs:
     if not path.is_file():
         raise ValueError(f"ShareGPT file {str(path)!r} does not exist")
 
-    def build() -> tuple[TokenizedPairs, dict]:
-        start = time.perf_counter()
-        pairs, info = read_sharegpt(path)
-        read_s = time.perf_counter() - start
-        tokenized = tokenize_pairs(pairs, tokenizer)
-        log.info("sharegpt: read %d pairs in %.1f s, tokenized them with %s in %.1f s",
-                 len(pairs), read_s, tokenizer.name, time.perf_counter() - start - read_s)
-        return tokenized, info
-
-    pairs, info = cached_pairs("sharegpt", LOADER_VERSION, path, tokenizer, build)
+    pairs, info = read_and_tokenize("sharegpt", LOADER_VERSION, path, tokenizer, read_sharegpt)
     _report(path, info)
     return pairs
 

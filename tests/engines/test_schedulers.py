@@ -114,3 +114,12 @@ def test_paged_batches_more_than_orca_max_on_the_same_trace():
         decode = [dict(zip(ITERATION_COLUMNS, r))["batch_size"] for r in record.iterations if r[4]]
         batch[engine["name"]] = sum(decode) / len(decode)
     assert batch["paged"] > 2 * batch["orca"]
+
+
+def test_only_an_engine_that_recomputes_rejects_what_it_could_not_recompute():
+    # prompt 20 fits a 32-token prefill; a recompute of prompt + 29 outputs (49 tokens) would not.
+    reqs = [make_request(0, 20, 30)]
+    orca = serve(dict(name="orca", reservation="oracle"), reqs, capacity=256, max_num_batched_tokens=32)
+    paged = serve(dict(name="paged", block_size=4), reqs, capacity=256, max_num_batched_tokens=32)
+    assert orca.sequences[0].status is Status.FINISHED
+    assert "prefill of up to 49 tokens" in paged.sequences[0].rejected_reason

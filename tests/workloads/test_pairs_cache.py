@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import workloads.alpaca
+import workloads.cache
 import workloads.sharegpt
 from workloads.alpaca import load_alpaca
 from workloads.cache import cache_key
@@ -24,8 +25,7 @@ def count_tokenizing(monkeypatch):
         calls.append(tokenizer.name)
         return tokenize_pairs(pairs, tokenizer)
 
-    monkeypatch.setattr(workloads.sharegpt, "tokenize_pairs", counting)
-    monkeypatch.setattr(workloads.alpaca, "tokenize_pairs", counting)
+    monkeypatch.setattr(workloads.cache, "tokenize_pairs", counting)   # both loaders tokenize through the cache
     return calls
 
 
