@@ -1,0 +1,303 @@
+"""The reproduction report: our figures beside the paper's, regenerated from run folders alone.
+
+    python run.py -m experiment=memory_waste          # and throughput, throughput_alpaca, batch_size, block_size
+    python -m results.report                          # -> results/REPORT.md and results/figures/
+
+Reads outputs/experiments/NAME (one sweep per experiment) and results/real_cpu
+(the real-backend CPU runs kept in the repository). A missing experiment is
+reported as missing, not invented.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+import sys
+
+import pandas as pd
+
+from engines.budget import kv_budget
+from engines.presets import load_hardware, load_model
+from results.aggregate import collect
+from results.plots import plot_batch_size, plot_block_size, plot_latency_vs_rate, plot_memory_waste
+from results.store import atomic_write
+from results.sustainable import ratios, sustainable_rates
+
+ROOT = Path(__file__).resolve().parent.parent
+THRESHOLD = 0.2           # s/token; sensitivity at the values below
+SENSITIVITY = (0.5, 1.0)
+CATS = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
+PAPER_FIG2 = {"orca-max": (20.4, 13.3, 57.3, 8.9), "orca-pow2": (26.8, 17.9, 13.6, 41.6),
+              "orca-oracle": (38.2, 25.2, 0.0, 36.6), "paged": (96.3, None, None, None)}
+PAPER_FIG13 = {("sharegpt", 2.0): (7.00, 9.81, 13.62, 30.42), ("alpaca_synthetic", 30.0): (7.00, 43.24, 72.75, 132.44)}
+PAPER_TABLE1 = [("opt-13b", "a100-40gb", 26, 12, "15.7K"), ("opt-66b", "a100-40gb", 132, 21, "9.7K"),
+                ("opt-175b", "a100-80gb", 346, 264, "60.1K")]
+ENGINES = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
+
+
+def pct(x) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
+
+
+def num(x, spec=".2f") -> str:
+    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def load(experiments: Path, name: str) -> pd.DataFrame | None:
+    folder = experiments / name
+    if not folder.is_dir():
+        return None
+    df = collect(folder)
+    return df if len(df) else None
+
+
+def missing(name: str) -> str:
+    return f"*Not run: `python run.py -m experiment={name}` has no results under outputs/experiments/{name}.*\n"
+
+
+def section_table1() -> str:
+    rows = []
+    for model, hw, w, kv, slots in PAPER_TABLE1:
+        spec, hardware = load_model(model), load_hardware(hw)
+        b = kv_budget(spec, hardware)
+        rows.append([f"{model}, {spec.tp}x {hw}", f"{b.weight_bytes / 1e9:.1f} GB", f"{b.kv_bytes / 2**30:.2f} GiB",
+                     f"{b.num_slots:,}", f"{w} GB / {kv} GB / {slots}"])
+    return ("## Table 1: KV budget\n\nKV budget = device memory x 0.9 - weights - activation reserve "
+            "(`engines/budget.py`; printed at the start of every run, e.g. `python run.py backend=sim "
+            "model=opt-66b workload.num_requests=10`).\n\n"
+            + table(["setting", "weights", "KV cache", "KV slots", "paper: weights / KV / slots"], rows)
+            + "\n\nThe paper's weights are in GB and its KV sizes match its slot counts only read as GiB. "
+              "Its OPT-175B figures fill ~91.6% of 640 GiB, more than our single utilisation of 0.9, "
+              "hence our lower slot count there.\n")
+
+
+def section_memory(df: pd.DataFrame | None, figures: Path, sweep: Path) -> str:
+    head = "## Figure 2: KV-memory waste\n\n`python run.py -m experiment=memory_waste` (1,000 ShareGPT requests at t = 0, OPT-13B, A100-40GB, block 16)\n\n"
+    if df is None:
+        return head + missing("memory_waste")
+    plot_memory_waste(df, figures / "memory_waste.png")
+    rows = []
+    for engine in ENGINES:
+        r = df[df["engine"] == engine]
+        if not len(r):
+            continue
+        r = r.iloc[0]
+        paper = PAPER_FIG2.get(engine)
+        diff = (f"{100 * r['mem_token_states'] - paper[0]:+.1f} ({100 * r['mem_waiting_token_states'] - paper[0]:+.1f})"
+                if paper else "")
+        rows.append([engine, *(pct(r[f"mem_{c}"]) for c in CATS), pct(r["mem_waiting_token_states"]),
+                     " / ".join("-" if p is None else f"{p}" for p in paper) if paper else "not reported", diff])
+    return (head + table(["engine", "token states", "reservation", "internal frag.", "ext. frag. & others", "free",
+                          "token states while requests wait", "paper (tokens / reserv. / internal / ext.)",
+                          "token states: ours - paper (while waiting)"], rows)
+            + "\n\n![memory waste](figures/memory_waste.png)\n\n"
+              "Whole-run averages weight every iteration by its duration, including the end of the run when "
+              "the queue is empty and memory drains as the last requests finish; the column *while requests "
+              "wait* averages only the iterations during which a request waited, i.e. while memory limited "
+              "admission, which is the regime the paper's figure describes.\n\n"
+            + trace_note(df, sweep))
+
+
+def trace_note(df: pd.DataFrame, sweep: Path) -> str:
+    """The trace's mean lengths, read from a run's requests table, beside the paper's Figure 11."""
+    path = sweep / df["run_dir"].iloc[0] / "requests.parquet"
+    if not path.is_file():
+        return ""
+    reqs = pd.read_parquet(path)
+    return (f"The trace differs from the paper's: mean prompt {reqs['prompt_len'].mean():.1f} and output "
+            f"{reqs['output_len'].mean():.1f} tokens here (cl100k_base tokens of the conversations that the "
+            "packaged, truncated ShareGPT file holds), against 161.31 and 337.99 in the paper's Figure 11. "
+            "Shorter outputs leave more of an Orca region unfilled (internal fragmentation) and move "
+            "Orca's waste between the categories; paged keeps only the tail of each last block.\n")
+
+
+def section_throughput(frames: list[pd.DataFrame], figures: Path) -> str:
+    head = ("## Figure 12: sustainable request rate\n\n`python run.py -m experiment=throughput` (ShareGPT) and "
+            "`python run.py -m experiment=throughput_alpaca` (synthetic Alpaca-like trace); Poisson arrivals, "
+            "OPT-13B on one A100-40GB, sim backend.\n\n")
+    if not frames:
+        return head + missing("throughput")
+    df = pd.concat(frames, ignore_index=True)
+    plot_latency_vs_rate(df, figures / "latency_vs_rate.png", threshold=THRESHOLD)
+    out = [head, f"Sustainable rate = the highest request rate whose mean normalized latency stays at or under "
+                 f"**{THRESHOLD} s/token** (about 8x the unloaded ~0.026 s/token), interpolated between measured "
+                 f"rates (`results/sustainable.py`). `>=`: never crossed within the sweep (a lower bound); "
+                 f"`<`: crossed already at the lowest rate.\n"]
+    for threshold in (THRESHOLD, *SENSITIVITY):
+        rates = sustainable_rates(df, threshold=threshold)
+        rel = ratios(rates)
+        rel = rel[(rel["name"].isna()) | True]
+        rows = []
+        for workload in sorted(df["workload"].unique()):
+            r = rates[rates["workload"] == workload].set_index("engine")
+            q = rel[rel["workload"] == workload].set_index("baseline")
+            cells = [workload]
+            for engine in ENGINES:
+                cells.append(f"{r.loc[engine, 'bound'].replace('=', '')}{num(r.loc[engine, 'sustainable_rate'])}"
+                             if engine in r.index else "n/a")
+            for base in ("orca-oracle", "orca-pow2", "orca-max", "static"):
+                cells.append(f"{q.loc[base, 'bound'].replace('=', '')}{num(q.loc[base, 'ratio'], '.2f')}x"
+                             if base in q.index else "n/a")
+            rows.append(cells)
+        out.append(f"\nAt {threshold} s/token" + (" (the report's threshold)" if threshold == THRESHOLD else "")
+                   + ":\n\n" + table(["workload", *(f"{e} req/s" for e in ENGINES), "paged / orca-oracle",
+                                      "paged / orca-pow2", "paged / orca-max", "paged / static"], rows) + "\n")
+    out.append("\nPaper (ShareGPT, OPT-13B/66B/175B): 1.7-2.7x over Orca (Oracle), 2.7-8x over Orca (Max), up to "
+               "22x over FasterTransformer; Alpaca shows a similar trend.\n\n![latency vs rate](figures/latency_vs_rate.png)\n")
+    return "".join(out)
+
+
+def section_batch(df: pd.DataFrame | None, figures: Path) -> str:
+    head = "## Figure 13: mean batch size\n\n`python run.py -m experiment=batch_size` (1,000 requests a run, Poisson)\n\n"
+    if df is None:
+        return head + missing("batch_size")
+    plot_batch_size(df, figures / "batch_size.png")
+    rows = []
+    for (workload, rate), g in df.groupby(["workload", "request_rate"]):
+        by = g.set_index("engine")["mean_batch_size"]
+        paper = PAPER_FIG13.get((workload, float(rate)))
+        rows.append([workload, num(rate, "g"), *(num(by.get(e, math.nan)) for e in ENGINES),
+                     " / ".join(f"{p:.2f}" for p in paper) if paper else ""])
+    return (head + table(["workload", "req/s", *ENGINES, "paper: orca max / pow2 / oracle / vLLM"], rows)
+            + "\n\nOrca (Max) batches 7 requests wherever memory binds, as in the paper: the budget holds 7 "
+              "regions of 2,048 slots. The other engines batch fewer requests than the paper's at the paper's "
+              "rates, because a request rate loads the sim less than it loaded the paper's system: the cost "
+              "model's iterations are shorter than the real system's (no framework overhead beyond a fixed 3 ms), "
+              "so fewer requests are in flight at once. " + saturated_ratio(df) + "\n\n"
+              "![batch size](figures/batch_size.png)\n")
+
+
+def saturated_ratio(df: pd.DataFrame) -> str:
+    """Paged's mean batch over Orca (Oracle)'s on ShareGPT at the highest rate measured, where memory binds."""
+    share = df[df["workload"] == "sharegpt"]
+    if not len(share):
+        return ""
+    top = share[share["request_rate"] == share["request_rate"].max()].set_index("engine")["mean_batch_size"]
+    if "paged" not in top or "orca-oracle" not in top:
+        return ""
+    return (f"At {share['request_rate'].max():g} req/s, where memory binds, paged batches "
+            f"{top['paged'] / top['orca-oracle']:.2f}x Orca (Oracle)'s requests on ShareGPT "
+            f"(paper: {30.42 / 13.62:.2f}x at 2 req/s).")
+
+
+def section_blocks(df: pd.DataFrame | None, figures: Path) -> str:
+    head = ("## Figure 18b: block size\n\n`python run.py -m experiment=block_size` (paged engine, block sizes "
+            "1-256, 1,000 requests a run, Poisson). Each cell: mean decode batch / token states % while requests "
+            "wait / mean normalized latency (s/token); `-` where no request ever waited (memory never bound).\n\n")
+    if df is None:
+        return head + missing("block_size")
+    plot_block_size(df, figures / "block_size.png")
+    settings = sorted({(w, float(r)) for w, r in zip(df["workload"], df["request_rate"])})
+    rows = []
+    for block in sorted(int(b) for b in df["block_size"].dropna().unique()):
+        cells = [str(block)]
+        for workload, rate in settings:
+            r = df[(df["block_size"] == block) & (df["workload"] == workload) & (df["request_rate"] == rate)]
+            if not len(r):
+                cells.append("n/a")
+                continue
+            r = r.iloc[0]
+            waited = r["mem_waiting_token_states"]
+            cells.append(f"{num(r['mean_batch_size'], '.1f')} / {'-' if pd.isna(waited) else pct(waited)} / "
+                         f"{num(r['norm_latency_s_mean'], '.3f')}")
+        rows.append(cells)
+    return (head + table(["block", *(f"{w} {num(r, 'g')} req/s" for w, r in settings)], rows)
+            + "\n\nThe sim cost model charges attention the same whatever the block size (no kernel cost per "
+              "block size has been measured on a GPU here), so only memory waste and batch size change with "
+              "block size: small blocks never hurt in this model, unlike the paper, whose kernel slows down "
+              "with small blocks. Large blocks waste memory in each sequence's last block, which shows once "
+              "memory binds.\n\n![block size](figures/block_size.png)\n")
+
+
+def section_real(folder: Path) -> str:
+    head = ("## The real backend on this machine's CPU\n\n`python run.py -m engine=static,orca,paged` (tiny OPT "
+            "model, random weights, fp32, 100 ShareGPT requests at t = 0, 64 MiB KV budget = 8,192 slots; "
+            "results kept in `results/real_cpu/`)\n\n")
+    runs = sorted(folder.glob("*/summary.json")) if folder.is_dir() else []
+    if not runs:
+        return head + "*No real-backend results under results/real_cpu/.*\n"
+    summaries = {json.loads(p.read_text())["engine"]: json.loads(p.read_text()) for p in runs}
+    rows = [[e, num(s["output_tokens_per_s"], ".1f"), num(s["mean_batch_size"]), pct(s["mem_token_states"]),
+             pct(s["mem_waiting_token_states"]), num(s["wall_s"], ".0f")]
+            for e, s in sorted(summaries.items(), key=lambda kv: ENGINES.index(kv[0]))]
+    text = head + table(["engine", "output tok/s", "mean decode batch", "token states %",
+                         "token states % while waiting", "wall s"], rows) + "\n"
+    paged = summaries.get("paged")
+    for base in ("static", "orca-max"):
+        if paged and base in summaries:
+            text += (f"\npaged / {base} output tokens/s: "
+                     f"{paged['output_tokens_per_s'] / summaries[base]['output_tokens_per_s']:.2f}x")
+    steps = step_times(folder)
+    if steps:
+        text += ("\n\nWhat limits the ratio on a CPU: a decode step's wall time grows almost linearly with the "
+                 "number of sequences in it (all engines' decode iterations, from `iterations.parquet`):\n\n"
+                 + table(["decode rows", "iterations", "mean step (ms)", "ms per sequence"], steps)
+                 + "\n\nOn a GPU a decode step is bound by reading the weights and stays nearly flat as the "
+                   "batch grows, which is what turns a larger batch into proportionally more throughput there.")
+    extra = folder / "notes.md"
+    if extra.is_file():
+        text += "\n\n" + extra.read_text()
+    return text + "\n"
+
+
+def step_times(folder: Path) -> list[list[str]]:
+    """Decode step time by batch size, over the decode iterations of every real run in `folder`."""
+    frames = [pd.read_parquet(p) for p in sorted(folder.glob("*/iterations.parquet"))]
+    if not frames:
+        return []
+    df = pd.concat(frames, ignore_index=True)
+    decode = df[df["decode_seqs"] > 0]
+    bins = pd.cut(decode["decode_rows"], [0, 1, 2, 4, 8, 16, 24, 32, 64, 256])
+    rows = []
+    for interval, g in decode.groupby(bins, observed=True):
+        mean_rows = g["decode_rows"].mean()
+        rows.append([f"{int(interval.left) + 1}-{int(interval.right)}", str(len(g)),
+                     f"{1000 * g['duration_s'].mean():.1f}", f"{1000 * g['duration_s'].mean() / mean_rows:.2f}"])
+    return rows
+
+
+def build_report(experiments: Path, real_cpu: Path, out: Path) -> Path:
+    figures = out.parent / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    throughput = [f for f in (load(experiments, "throughput"), load(experiments, "throughput_alpaca")) if f is not None]
+    parts = [
+        "# pagedbench: reproducing PagedAttention's memory and throughput claims\n\n"
+        "Generated by `python -m results.report` from the run folders; every figure below names the command "
+        "that produced its runs. Paper: Kwon et al., SOSP 2023, arXiv 2309.06180. All sim-backend results use "
+        "the roofline cost model of `engines/cost_model.py`, the same for every engine; engines differ only in "
+        "how they reserve KV memory and when they admit requests.\n",
+        section_table1(),
+        section_memory(load(experiments, "memory_waste"), figures, experiments / "memory_waste"),
+        section_throughput(throughput, figures),
+        section_batch(load(experiments, "batch_size"), figures),
+        section_blocks(load(experiments, "block_size"), figures),
+        section_real(real_cpu),
+        "## Kernels (Figure 18a)\n\nThe paper's paged attention kernel had 20-26% higher latency than "
+        "FasterTransformer's contiguous one. Our paged and contiguous Triton kernels differ only in address "
+        "translation; their latency ratio and achieved bandwidth need a GPU: `bash scripts/gpu_check.sh OUTDIR` "
+        "writes them to OUTDIR/kernels/kernel_bench.csv. No GPU was available for this report, so no kernel "
+        "figure is given here, and the sim cost model charges paged and contiguous attention the same.\n",
+    ]
+    text = "\n".join(parts)
+    atomic_write(out, lambda tmp: Path(tmp).write_text(text))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.report", description=__doc__.splitlines()[0])
+    parser.add_argument("--experiments", type=Path, default=ROOT / "outputs" / "experiments")
+    parser.add_argument("--real-cpu", type=Path, default=ROOT / "results" / "real_cpu")
+    parser.add_argument("--out", type=Path, default=ROOT / "results" / "REPORT.md")
+    args = parser.parse_args(argv)
+    print(build_report(args.experiments, args.real_cpu, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
