@@ -16,5 +16,11 @@ def rejection_reason(seq: Sequence, kv, limits: SchedulerLimits, longest_prefill
     return reason
 
 
-def reject(seq: Sequence, reason: str, now: float) -> None:
-    seq.status, seq.rejected_reason, seq.finish_s = Status.REJECTED, reason, now
+def queue_or_reject(seq: Sequence, waiting, kv, limits: SchedulerLimits, longest_prefill: int, now: float) -> bool:
+    """Append an arrived request to `waiting`; or, if it can never run, mark it rejected. True if queued."""
+    reason = rejection_reason(seq, kv, limits, longest_prefill)
+    if reason is not None:
+        seq.status, seq.rejected_reason, seq.finish_s = Status.REJECTED, reason, now
+        return False
+    waiting.append(seq)
+    return True

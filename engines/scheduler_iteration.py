@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.admission import reject, rejection_reason
+from engines.admission import queue_or_reject
 from engines.batch import Batch
 from engines.config import SchedulerLimits
 from engines.memory_split import MemorySplit
@@ -25,18 +25,12 @@ class IterationScheduler:
         self.limits = limits
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []   # in admission order
-        self._admissions = 0
 
     def add(self, seq: Sequence, now: float) -> bool:
         """Queue an arrived request; False (and the sequence rejected) if it can never run."""
         # A preempted sequence is recomputed: its prompt and all but its last output token in one prefill.
         longest = seq.final_len - 1 if self.kv.recomputes else seq.prompt_len
-        reason = rejection_reason(seq, self.kv, self.limits, longest)
-        if reason is not None:
-            reject(seq, reason, now)
-            return False
-        self.waiting.append(seq)
-        return True
+        return queue_or_reject(seq, self.waiting, self.kv, self.limits, longest, now)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)

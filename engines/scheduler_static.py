@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.admission import reject, rejection_reason
+from engines.admission import queue_or_reject
 from engines.batch import Batch
 from engines.config import SchedulerLimits
 from engines.memory_split import MemorySplit
@@ -29,12 +29,8 @@ class StaticScheduler:
         self._decode_steps = 0
 
     def add(self, seq: Sequence, now: float) -> bool:
-        reason = rejection_reason(seq, self.kv, self.limits, seq.prompt_len)
-        if reason is not None:
-            reject(seq, reason, now)
-            return False
-        self.waiting.append(seq)
-        return True
+        """Queue an arrived request; False (and the sequence rejected) if it can never run."""
+        return queue_or_reject(seq, self.waiting, self.kv, self.limits, seq.prompt_len, now)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.batch)
