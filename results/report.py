@@ -132,7 +132,6 @@ def section_throughput(frames: list[pd.DataFrame], figures: Path) -> str:
     for threshold in (THRESHOLD, *SENSITIVITY):
         rates = sustainable_rates(df, threshold=threshold)
         rel = ratios(rates)
-        rel = rel[(rel["name"].isna()) | True]
         rows = []
         for workload in sorted(df["workload"].unique()):
             r = rates[rates["workload"] == workload].set_index("engine")

@@ -85,7 +85,7 @@ class RealExecutor:
             width = max(len(self.kv.block_tables[s.id]) for s in rows)
             tables = [t + [0] * (width - len(t)) for t in (self.kv.block_tables[s.id] for s in rows)]
         else:
-            starts = [self.kv.arena.regions[s.id].start for s in rows]
+            starts = [self.kv.slots(s, 0, 1)[0] for s in rows]     # first slot of each region
         ctx = IterationContext(self.cache.k, self.cache.v, self.ops, self.paged, False,
                                self._tensor(slots, torch.int64), context_lens=self._tensor(lens, torch.int32),
                                block_tables=self._tensor(tables, torch.int32) if self.paged else None,
