@@ -14,20 +14,20 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from engines.budget import kv_budget
+from engines.kv.budget import kv_budget
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.cost_model import CostModel
-from engines.hardware import HardwareSpec
+from engines.sim.cost_model import CostModel
+from engines.specs.hardware import HardwareSpec
 from engines.loop import run_engine
-from engines.model_spec import ModelSpec
-from engines.sim_executor import SimExecutor
+from engines.specs.model import ModelSpec
+from engines.sim.executor import SimExecutor
 from results.store import SUMMARY, is_complete, save_run, write_json
 from results.sweep_callback import register_resolvers
 from results.summary import summarize
-from results.table import format_summary
+from results.console import format_summary
 from results.wandb_logger import log_to_wandb, sweep_group
-from results.tables import iterations_frame, requests_frame
+from results.frames import iterations_frame, requests_frame
 from workloads import WorkloadConfig, build_workload, format_stats, trace_stats
 
 log = logging.getLogger("pagedbench")

@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 from engines.config import EngineConfig, SchedulerLimits
-from engines.kv_contiguous import ContiguousKV
-from engines.kv_paged import PagedKV
-from engines.reservation import Reservation
-from engines.scheduler_iteration import IterationScheduler
-from engines.scheduler_static import StaticScheduler
+from engines.kv.contiguous import ContiguousKV
+from engines.kv.paged import PagedKV
+from engines.kv.reservation import Reservation
+from engines.scheduling.iteration import IterationScheduler
+from engines.scheduling.static import StaticScheduler
 
 
 def build_scheduler(engine: EngineConfig, limits: SchedulerLimits, capacity_slots: int):

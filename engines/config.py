@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from engines.arena import ALLOCATORS
-from engines.config_mapping import build_from_mapping
-from engines.reservation import Reservation
+from engines.kv.arena import ALLOCATORS
+from engines.specs.mapping import build_from_mapping
+from engines.kv.reservation import Reservation
 
 ENGINES = ("static", "orca", "paged")
 

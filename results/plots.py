@@ -25,7 +25,7 @@ import matplotlib.pyplot as plt   # noqa: E402
 import numpy as np   # noqa: E402
 import pandas as pd   # noqa: E402
 
-from results.aggregate import engine_rank   # noqa: E402
+from results.sweep import engine_rank   # noqa: E402
 from results.store import atomic_write   # noqa: E402
 from results.sustainable import DEFAULT_THRESHOLD   # noqa: E402
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from engines.memory_split import CATEGORIES
+from engines.kv.memory_split import CATEGORIES
 
 PERCENTILES = (50, 90, 99)
 

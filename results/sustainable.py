@@ -39,7 +39,7 @@ import sys
 
 import pandas as pd
 
-from results.aggregate import ENGINE_ORDER, check_sweep_dir, collect, engine_rank
+from results.sweep import ENGINE_ORDER, check_sweep_dir, collect, engine_rank
 
 DEFAULT_THRESHOLD = 1.0   # s/token: the top of the paper's Figure 12 y-axis
 BY = ("workload", "model", "engine", "block_size")

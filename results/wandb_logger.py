@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.config_mapping import build_from_mapping
-from engines.memory_split import CATEGORIES
+from engines.specs.mapping import build_from_mapping
+from engines.kv.memory_split import CATEGORIES
 
 log = logging.getLogger("pagedbench")
 NAMES = ("none", "wandb")

@@ -23,7 +23,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from engines.model_spec import ModelSpec  # noqa: E402
+from engines.specs.model import ModelSpec  # noqa: E402
 from engines.real.build import RealBackendConfig  # noqa: E402
 from engines.real.kv_cache import bytes_per_slot, kv_budget_bytes  # noqa: E402
 from engines.real.model import build_model, resolve_device, resolve_dtype  # noqa: E402

@@ -8,8 +8,8 @@ from omegaconf import OmegaConf
 import pytest
 
 from engines.config import EngineConfig
-from engines.hardware import HardwareSpec
-from engines.model_spec import ModelSpec
+from engines.specs.hardware import HardwareSpec
+from engines.specs.model import ModelSpec
 from workloads import WorkloadConfig
 import run  # noqa: F401  (registers the config resolvers)
 

@@ -1,4 +1,11 @@
-"""Request traces for the benchmark: ShareGPT, Alpaca and synthetic workloads."""
+"""Request traces for the benchmark: ShareGPT, Alpaca and synthetic workloads.
+
+Loaders (`sharegpt`, `alpaca`, `alpaca_synthetic`, `synthetic`), tokenizers
+and their cache, length filters, arrival processes, and `build_workload`,
+which turns a `WorkloadConfig` into a seeded, reproducible list of
+`Request`s. The first stage of the pipeline: imports nothing of `engines`,
+`kernels` or `results`.
+"""
 from workloads.build import build_workload
 from workloads.config import WorkloadConfig
 from workloads.length_dist import LengthDist

@@ -1,1 +1,10 @@
-"""The real backend: a transformers model runs every iteration on the engine's own KV layout."""
+"""The real backend: a transformers model runs every iteration on the engine's own KV layout.
+
+`model` builds the OPT or LLaMA model (random or local weights), `kv_cache`
+allocates the per-layer cache tensors from a byte budget, `context` carries
+one iteration's slot mapping, block tables or regions to `attention` (the
+function swapped in through `transformers.AttentionInterface`), `executor`
+turns a `Batch` into one packed forward pass timed by the wall clock, and
+`build` wires them to a scheduler. May import `engines` (batch, config,
+build, specs) and `kernels`; never `engines.sim`.
+"""

@@ -8,8 +8,8 @@ import torch
 
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.config_mapping import build_from_mapping
-from engines.model_spec import ModelSpec
+from engines.specs.mapping import build_from_mapping
+from engines.specs.model import ModelSpec
 from engines.real.attention import register
 from engines.real.executor import RealExecutor
 from engines.real.kv_cache import allocate_kv, bytes_per_slot, kv_budget_bytes

@@ -7,13 +7,13 @@ second (in the benchmark's extra_info); no time is asserted.
 """
 import pytest
 
-from engines.budget import kv_budget
+from engines.kv.budget import kv_budget
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.cost_model import CostModel
+from engines.sim.cost_model import CostModel
 from engines.loop import run_engine
-from engines.presets import load_hardware, load_model
-from engines.sim_executor import SimExecutor
+from engines.specs.presets import load_hardware, load_model
+from engines.sim.executor import SimExecutor
 from workloads import WorkloadConfig, build_workload
 
 ENGINES = [dict(name="static"), dict(name="orca", reservation="max"), dict(name="orca", reservation="pow2"),

@@ -5,10 +5,10 @@ import dataclasses
 
 import pytest
 
-from engines.budget import GiB, activation_reserve_bytes, kv_budget
-from engines.hardware import HardwareSpec
-from engines.model_spec import ModelSpec
-from engines.presets import available, load_hardware, load_model
+from engines.kv.budget import GiB, activation_reserve_bytes, kv_budget
+from engines.specs.hardware import HardwareSpec
+from engines.specs.model import ModelSpec
+from engines.specs.presets import available, load_hardware, load_model
 
 # ---- model specs -------------------------------------------------------------
 

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.cost_model import CostModel
-from engines.hardware import HardwareSpec
-from engines.model_spec import ModelSpec
-from engines.presets import load_hardware, load_model
+from engines.sim.cost_model import CostModel
+from engines.specs.hardware import HardwareSpec
+from engines.specs.model import ModelSpec
+from engines.specs.presets import load_hardware, load_model
 
 TOY_MODEL = ModelSpec(name="toy", arch="opt", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4,
                       ffn_size=256, vocab_size=1000, max_seq_len=128)

@@ -1,10 +1,10 @@
 """Hand-built layouts where each KV category has a known value, for each engine's manager."""
 import pytest
 
-from engines.kv_contiguous import ContiguousKV
-from engines.kv_paged import PagedKV
-from engines.memory_split import Holding, MemorySplit, split_memory
-from engines.reservation import Reservation
+from engines.kv.contiguous import ContiguousKV
+from engines.kv.paged import PagedKV
+from engines.kv.memory_split import Holding, MemorySplit, split_memory
+from engines.kv.reservation import Reservation
 from engines.sequence import Sequence
 from tests.engines.conftest import make_request
 

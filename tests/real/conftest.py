@@ -5,7 +5,7 @@ import torch
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
 from engines.loop import run_engine
-from engines.model_spec import ModelSpec
+from engines.specs.model import ModelSpec
 from engines.real.attention import register
 from engines.real.executor import RealExecutor
 from engines.real.kv_cache import allocate_kv

@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from results.aggregate import collect, collect_failures, main, write_aggregate
+from results.aggregate import main, write_aggregate
+from results.sweep import collect, collect_failures
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engines.memory_split import CATEGORIES
+from engines.kv.memory_split import CATEGORIES
 from results.wandb_logger import LoggerConfig, WandbRun, iteration_series, log_to_wandb, run_name, sweep_group
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,10 +5,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from engines.hardware import HardwareSpec
-from engines.model_spec import ModelSpec
+from engines.specs.hardware import HardwareSpec
+from engines.specs.model import ModelSpec
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 def available(group: str) -> list[str]:

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.admission import queue_or_reject
+from engines.scheduling.admission import queue_or_reject
 from engines.batch import Batch
 from engines.config import SchedulerLimits
-from engines.memory_split import MemorySplit
+from engines.kv.memory_split import MemorySplit
 from engines.sequence import Sequence, Status
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.config_mapping import build_from_mapping
+from engines.specs.mapping import build_from_mapping
 
 
 @dataclass(slots=True)

@@ -1,8 +1,8 @@
 """KV memory for the paged engine: block tables over a BlockPool, one block allocated as a sequence needs it."""
 from __future__ import annotations
 
-from engines.block_pool import BlockPool, blocks_for
-from engines.memory_split import Holding, MemorySplit, split_memory
+from engines.kv.block_pool import BlockPool, blocks_for
+from engines.kv.memory_split import Holding, MemorySplit, split_memory
 from engines.sequence import Sequence
 
 

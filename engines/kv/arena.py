@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.buddy import BuddyAllocator
-from engines.first_fit import FirstFitAllocator
+from engines.kv.buddy import BuddyAllocator
+from engines.kv.first_fit import FirstFitAllocator
 
 ALLOCATORS = {"buddy": BuddyAllocator, "first_fit": FirstFitAllocator}
 

@@ -38,8 +38,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engines.hardware import HardwareSpec
-from engines.model_spec import ModelSpec
+from engines.specs.hardware import HardwareSpec
+from engines.specs.model import ModelSpec
 
 
 class CostModel:

@@ -1,9 +1,9 @@
 """KV memory for the contiguous engines: one region per request, sized by a reservation policy at admission."""
 from __future__ import annotations
 
-from engines.arena import ContiguousArena
-from engines.memory_split import Holding, MemorySplit, split_memory
-from engines.reservation import Reservation
+from engines.kv.arena import ContiguousArena
+from engines.kv.memory_split import Holding, MemorySplit, split_memory
+from engines.kv.reservation import Reservation
 from engines.sequence import Sequence
 
 

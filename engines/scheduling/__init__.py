@@ -1,0 +1,10 @@
+"""Scheduling: which requests run in each iteration, given what the KV manager can hold.
+
+`admission` rejects on arrival a request no engine state could serve, the
+same rule for every engine; `static.StaticScheduler` is request-level
+batching (FasterTransformer); `iteration.IterationScheduler` is
+iteration-level batching (Orca's contiguous regions or vLLM's paged blocks,
+by the KV manager it is given), with preemption by recompute. Pure Python,
+no torch. May import `engines.sequence`, `engines.batch`, `engines.config`
+and `engines.kv`; never the loop or a backend.
+"""
