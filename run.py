@@ -94,6 +94,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     if limits_cfg.get("max_seq_len") is None:
         limits_cfg["max_seq_len"] = model.max_seq_len
     limits = SchedulerLimits(**limits_cfg)
+    limits.check_model(model.max_seq_len, model.name)
 
     requests = build_workload(workload)
     log.info("%s", format_stats(trace_stats(requests), workload.label))

@@ -55,5 +55,18 @@ class SchedulerLimits:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"limits.{f.name} must be a positive integer, got {value!r}")
+        if self.max_num_batched_tokens < self.max_seq_len:
+            # As vLLM without chunked prefill: otherwise a long request could never be prefilled (or
+            # recomputed after a preemption) and engines would reject different requests of one trace.
+            raise ValueError(f"limits.max_num_batched_tokens={self.max_num_batched_tokens} is below "
+                             f"limits.max_seq_len={self.max_seq_len}: a request of max_seq_len tokens could "
+                             f"never be prefilled in one iteration; raise max_num_batched_tokens or lower "
+                             f"max_seq_len")
+
+    def check_model(self, model_max_seq_len: int, model_name: str) -> None:
+        """Refuse a max_seq_len the model cannot hold (its positions stop at its own maximum)."""
+        if self.max_seq_len > model_max_seq_len:
+            raise ValueError(f"limits.max_seq_len={self.max_seq_len} exceeds {model_name}'s maximum of "
+                             f"{model_max_seq_len} tokens")

@@ -25,14 +25,17 @@ class Sequence:
     preemptions: int = 0
     rejected_reason: str | None = None
     output_token_ids: list[int] = field(default_factory=list)   # filled by the real backend only
+    # Read every iteration by the schedulers and KV managers: copied out of the request once.
+    id: int = field(init=False)
+    prompt_len: int = field(init=False)
+    output_len: int = field(init=False)
+    final_len: int = field(init=False)  # prompt + output tokens when the request finishes
 
-    @property
-    def id(self) -> int:
-        return self.request.id
-
-    @property
-    def prompt_len(self) -> int:
-        return len(self.request.prompt_token_ids)
+    def __post_init__(self) -> None:
+        self.id = self.request.id
+        self.prompt_len = len(self.request.prompt_token_ids)
+        self.output_len = self.request.output_len
+        self.final_len = self.prompt_len + self.output_len
 
     @property
     def length(self) -> int:
@@ -40,17 +43,13 @@ class Sequence:
         return self.prompt_len + self.generated
 
     @property
-    def final_len(self) -> int:
-        return self.prompt_len + self.request.output_len
-
-    @property
     def done(self) -> bool:
-        return self.generated >= self.request.output_len
+        return self.generated >= self.output_len
 
     def record_token(self, now: float) -> None:
         """One new output token, produced by the iteration that ended at `now`."""
         self.generated += 1
         if self.first_token_s is None:
             self.first_token_s = now
-        if self.done:
+        if self.generated >= self.output_len:
             self.finish_s = now

@@ -38,3 +38,22 @@ def arrival_times(
         raise ValueError(f"arrival process must be 'offline', 'poisson' or 'gamma', got {process!r}")
     times = np.concatenate([np.zeros(min(n, 1)), np.cumsum(gaps)])
     return times.tolist()
+
+
+def arrival_times_within(duration_s: float, process: str, rate: float, burstiness: float,
+                         rng: np.random.Generator) -> list[float]:
+    """Every arrival in [0, duration_s) of the process `arrival_times` describes: the first at t = 0.
+
+    Gaps are drawn in chunks from `rng` until their sum passes the duration,
+    so the count is random with mean about rate x duration.
+    """
+    if not (math.isfinite(duration_s) and duration_s > 0):
+        raise ValueError(f"duration_s must be finite and > 0, got {duration_s}")
+    if process == "offline":
+        raise ValueError("an offline trace has no duration: every request arrives at t=0")
+    chunk = max(16, int(rate * duration_s * 1.1) + 16)
+    times = [0.0]
+    while times[-1] < duration_s:
+        base = times[-1]
+        times.extend(base + t for t in arrival_times(chunk + 1, process, rate, burstiness, rng)[1:])
+    return [t for t in times if t < duration_s]

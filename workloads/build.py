@@ -7,7 +7,7 @@ import numpy as np
 
 from workloads.alpaca import load_alpaca
 from workloads.alpaca_synthetic import synthetic_alpaca_pairs
-from workloads.arrivals import arrival_times
+from workloads.arrivals import arrival_times, arrival_times_within
 from workloads.config import WorkloadConfig
 from workloads.filters import passes_filters
 from workloads.pairs import TokenizedPairs
@@ -28,12 +28,21 @@ ALPACA_POOL_SEED = 19_31_58_45
 def build_workload(cfg: WorkloadConfig) -> list[Request]:
     """The trace `cfg` names; a pure function of `cfg` (and the dataset file).
 
-    Dataset pairs that pass the length filters are shuffled with
-    default_rng(seed) and the first `num_requests` taken; arrival times come
-    from a separate stream, so changing the arrival process keeps the same
-    requests. Ids are 0..n-1 in arrival order.
+    Arrival times come first, from their own stream, so the trace's length
+    is known (`num_requests`, or every arrival within `duration_s`). Dataset
+    pairs that pass the length filters are then drawn in the order of seeded
+    permutations of the pool (`draw_order`): a fresh permutation starts when
+    the pool is used up, so a long trace repeats pairs only after using every
+    one. The first `num_requests` draws are the same whatever the arrival
+    process. Ids are 0..n-1 in arrival order; each request keeps its pool
+    index (`pair_index`).
     """
-    pairs = load_pairs(cfg)
+    arrival_rng = np.random.default_rng([cfg.seed, ARRIVAL_STREAM])
+    if cfg.duration_s is not None:
+        times = arrival_times_within(cfg.duration_s, cfg.arrival, cfg.request_rate, cfg.burstiness, arrival_rng)
+    else:
+        times = arrival_times(cfg.num_requests, cfg.arrival, cfg.request_rate, cfg.burstiness, arrival_rng)
+    pairs = load_pairs(cfg, len(times))
     if cfg.name == "synthetic":
         kept = np.arange(len(pairs))
     else:
@@ -42,21 +51,32 @@ def build_workload(cfg: WorkloadConfig) -> list[Request]:
         kept = np.flatnonzero(mask)
         log.info("%s: %d of %d pairs pass the length filters (min %d, prompt <= %d, total <= %d)",
                  cfg.label, len(kept), len(pairs), cfg.min_len, cfg.max_prompt_len, cfg.max_total_len)
-    if len(kept) < cfg.num_requests:
-        raise ValueError(
-            f"{cfg.label}: num_requests={cfg.num_requests} but only {len(kept)} pairs "
-            f"pass the length filters"
-        )
-    chosen = np.random.default_rng(cfg.seed).permutation(kept)[: cfg.num_requests]
-    times = arrival_times(cfg.num_requests, cfg.arrival, cfg.request_rate, cfg.burstiness,
-                          np.random.default_rng([cfg.seed, ARRIVAL_STREAM]))
-    return [
-        Request(id=i, arrival_s=t, prompt_token_ids=pairs.prompt(int(j)), output_len=int(pairs.output_lens[j]))
-        for i, (t, j) in enumerate(zip(times, chosen))
-    ]
+    if not len(kept):
+        raise ValueError(f"{cfg.label}: no pair passes the length filters")
+    chosen = draw_order(kept, len(times), np.random.default_rng(cfg.seed))
+    if len(chosen) > len(kept):
+        log.info("%s: %d requests drawn from a pool of %d pairs (%d permutations)", cfg.label, len(chosen),
+                 len(kept), -(-len(chosen) // len(kept)))
+    prompts: dict[int, tuple[int, ...]] = {}   # a pair drawn again shares its prompt tuple
+    out = []
+    for i, (t, j) in enumerate(zip(times, chosen.tolist())):
+        prompt = prompts.get(j)
+        if prompt is None:
+            prompt = prompts[j] = pairs.prompt(j)
+        out.append(Request(id=i, arrival_s=t, prompt_token_ids=prompt, output_len=int(pairs.output_lens[j]),
+                           pair_index=j))
+    return out
 
 
-def load_pairs(cfg: WorkloadConfig) -> TokenizedPairs:
+def draw_order(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
+    """`n` draws from `pool`: its seeded permutations back to back, a fresh one whenever it is used up."""
+    if n <= 0:
+        return np.empty(0, dtype=pool.dtype)
+    rounds = -(-n // len(pool))
+    return np.concatenate([rng.permutation(pool) for _ in range(rounds)])[:n]
+
+
+def load_pairs(cfg: WorkloadConfig, num_requests: int) -> TokenizedPairs:
     """Every pair the config's source offers, before filtering and sampling."""
     if cfg.name == "sharegpt":
         return load_sharegpt(cfg.path, load_tokenizer(cfg.tokenizer))
@@ -66,4 +86,4 @@ def load_pairs(cfg: WorkloadConfig) -> TokenizedPairs:
         # A fixed pool, like a file: the seed picks from it, as for real data.
         return synthetic_alpaca_pairs(cfg.min_len, np.random.default_rng(ALPACA_POOL_SEED))
     rng = np.random.default_rng([cfg.seed, PAIRS_STREAM])
-    return synthetic_pairs(cfg.num_requests, cfg.prompt_dist, cfg.output_dist, rng)
+    return synthetic_pairs(num_requests, cfg.prompt_dist, cfg.output_dist, rng)

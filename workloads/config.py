@@ -23,10 +23,16 @@ class WorkloadConfig:
     `request_rate` is in requests per second; `inf` (or None in a dict)
     means no rate, which only `arrival="offline"` accepts. `burstiness` is
     the gamma shape b (b = 1 is Poisson, b < 1 burstier, b > 1 smoother).
+
+    `duration_s` (Poisson or gamma arrivals only) makes a fixed-duration
+    trace, as the paper's: requests arrive over [0, duration_s), so their
+    number follows from rate x duration and `num_requests` is not used. With
+    it unset, the trace has exactly `num_requests` requests.
     """
 
     name: str
     num_requests: int = 1000
+    duration_s: float | None = None
     seed: int = 0
     path: str | None = None
     tokenizer: str = "cl100k_base"
@@ -86,6 +92,14 @@ class WorkloadConfig:
             raise ValueError(
                 f"arrival={self.arrival!r} needs a finite request_rate > 0 (req/s), got {self.request_rate}"
             )
+        if self.duration_s is not None:
+            if isinstance(self.duration_s, bool) or not isinstance(self.duration_s, (int, float)) \
+                    or not (math.isfinite(self.duration_s) and self.duration_s > 0):
+                raise ValueError(f"duration_s must be a finite number of seconds > 0, got {self.duration_s!r}")
+            if self.arrival == "offline":
+                raise ValueError("duration_s needs arrivals over time (arrival=poisson or gamma); an offline "
+                                 "trace sends num_requests requests at t=0")
+            self.duration_s = float(self.duration_s)
         if self.arrival != "gamma" and self.burstiness != 1.0:
             raise ValueError(
                 f"burstiness={self.burstiness} only applies to arrival='gamma', got arrival={self.arrival!r}"

@@ -21,6 +21,7 @@ class Request:
     n: int = 1
     beam_width: int = 1
     prefix_id: int | None = None
+    pair_index: int | None = None   # which pair of the dataset's filtered pool it was drawn from
 
     def __post_init__(self) -> None:
         if len(self.prompt_token_ids) < 1:

@@ -31,13 +31,16 @@ def trace_stats(requests: list[Request]) -> dict:
         stats[f"{name}_tokens"] = int(lens.sum())
     stats["total_tokens"] = stats["prompt_tokens"] + stats["output_tokens"]
     stats["duration_s"] = duration
+    drawn = [r.pair_index for r in requests if r.pair_index is not None]
+    stats["distinct_pairs"] = len(set(drawn)) if drawn else len(requests)
     stats["offered_rate"] = (len(requests) - 1) / duration if duration > 0 else math.inf
     return stats
 
 
 def format_stats(stats: dict, name: str) -> str:
     """A few lines for a terminal or a log."""
-    lines = [f"{name}: {stats['count']} requests, {stats['total_tokens']} tokens "
+    distinct = f" ({stats['distinct_pairs']} distinct pairs)" if stats["distinct_pairs"] < stats["count"] else ""
+    lines = [f"{name}: {stats['count']} requests{distinct}, {stats['total_tokens']} tokens "
              f"({stats['prompt_tokens']} prompt + {stats['output_tokens']} output)"]
     for kind in ("prompt", "output"):
         lines.append(

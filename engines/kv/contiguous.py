@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from engines.kv.arena import ContiguousArena
-from engines.kv.memory_split import Holding, MemorySplit, split_memory
+from engines.kv.memory_split import MemorySplit, split_totals
 from engines.kv.reservation import Reservation
 from engines.sequence import Sequence
 
@@ -13,6 +13,8 @@ class ContiguousKV:
         self.reservation = reservation
         self.max_seq_len = max_seq_len
         self.arena = ContiguousArena(capacity, allocator)
+        # Sums over held regions of min(requested, final length), requested and taken slots.
+        self._will_fill = self._requested = self._taken = 0
 
     recomputes = False   # a region never grows, so nothing is ever preempted
 
@@ -21,7 +23,7 @@ class ContiguousKV:
                 f"reservation={self.reservation.value}")
 
     def region_size(self, seq: Sequence) -> int:
-        return self.reservation.slots(seq.prompt_len, seq.request.output_len, self.max_seq_len)
+        return self.reservation.slots(seq.prompt_len, seq.output_len, self.max_seq_len)
 
     def rejection(self, seq: Sequence) -> str | None:
         """Why `seq` could never be admitted, or None."""
@@ -32,13 +34,23 @@ class ContiguousKV:
         return None
 
     def try_admit(self, seq: Sequence) -> bool:
-        return self.arena.allocate(seq.id, self.region_size(seq)) is not None
+        region = self.arena.allocate(seq.id, self.region_size(seq))
+        if region is None:
+            return False
+        self._will_fill += min(region.requested, seq.final_len)
+        self._requested += region.requested
+        self._taken += region.taken
+        return True
 
     def grow(self, seq: Sequence) -> bool:
         """Make room for the token the next iteration produces; the region was sized at admission."""
         return seq.length + 1 <= self.arena.regions[seq.id].requested
 
     def free(self, seq: Sequence) -> None:
+        region = self.arena.regions[seq.id]
+        self._will_fill -= min(region.requested, seq.final_len)
+        self._requested -= region.requested
+        self._taken -= region.taken
         self.arena.free(seq.id)
 
     def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
@@ -52,8 +64,9 @@ class ContiguousKV:
         return seq.id in self.arena.regions
 
     def split(self, held: list[Sequence], next_waiting: Sequence | None) -> MemorySplit:
-        regions = self.arena.regions
-        holdings = [Holding(s.length, s.final_len, regions[s.id].requested, regions[s.id].taken)
-                    for s in held]
+        if len(held) != len(self.arena.regions):
+            raise ValueError(f"split of {len(held)} sequences; the arena holds {len(self.arena.regions)} regions")
+        stored = sum(s.prompt_len + s.generated for s in held)
         need = self.region_size(next_waiting) if next_waiting is not None else 0
-        return split_memory(self.capacity, holdings, self.arena.free_slots(), self.arena.unusable_free(need))
+        return split_totals(self.capacity, stored, self._will_fill, self._requested, self._taken,
+                            self.arena.free_slots(), self.arena.unusable_free(need))

@@ -67,18 +67,29 @@ def split_memory(capacity: int, holdings: Iterable[Holding], free_slots: int,
     request. Slots neither held nor free (left over by the manager) count as
     external fragmentation & others.
     """
-    tokens = reserved = internal = rounding = taken = 0
+    stored = will_fill = requested = taken = 0
     for h in holdings:
         if h.stored > h.requested or h.requested > h.taken or h.stored > h.final:
             raise ValueError(f"inconsistent holding {h}")
-        will_fill = min(h.requested, h.final)
-        tokens += h.stored
-        reserved += will_fill - h.stored
-        internal += h.requested - will_fill
-        rounding += h.taken - h.requested
+        stored += h.stored
+        will_fill += min(h.requested, h.final)
+        requested += h.requested
         taken += h.taken
+    return split_totals(capacity, stored, will_fill, requested, taken, free_slots, unusable_free)
+
+
+def split_totals(capacity: int, stored: int, will_fill: int, requested: int, taken: int, free_slots: int,
+                 unusable_free: int) -> MemorySplit:
+    """`split_memory` from the holdings' sums, which a KV manager can keep up to date as it allocates.
+
+    stored = sum of L, will_fill = sum of min(R, F), requested = sum of R,
+    taken = sum of P over every held sequence.
+    """
     unmanaged = capacity - taken - free_slots
+    if not stored <= will_fill <= requested <= taken:
+        raise ValueError(f"inconsistent holdings: stored {stored}, will fill {will_fill}, "
+                         f"requested {requested}, taken {taken}")
     if unmanaged < 0 or not 0 <= unusable_free <= free_slots:
         raise ValueError(f"capacity {capacity} < taken {taken} + free {free_slots}, or bad unusable {unusable_free}")
-    return MemorySplit(tokens, reserved, internal, rounding + unmanaged + unusable_free,
-                       free_slots - unusable_free)
+    return MemorySplit(stored, will_fill - stored, requested - will_fill,
+                       taken - requested + unmanaged + unusable_free, free_slots - unusable_free)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from engines.kv.block_pool import BlockPool, blocks_for
-from engines.kv.memory_split import Holding, MemorySplit, split_memory
+from engines.kv.memory_split import MemorySplit, split_totals
 from engines.sequence import Sequence
 
 
@@ -14,6 +14,7 @@ class PagedKV:
         # Admission leaves this many blocks free for running sequences to grow into (vLLM's watermark).
         self.watermark_blocks = int(watermark * self.pool.num_blocks)
         self.block_tables: dict[int, list[int]] = {}
+        self._will_fill = 0   # sum over held sequences of min(allocated slots, final length)
 
     recomputes = True   # a sequence that cannot grow is preempted and recomputed
 
@@ -33,20 +34,26 @@ class PagedKV:
         if need + self.watermark_blocks > self.pool.num_free:
             return False
         self.block_tables[seq.id] = [self.pool.allocate() for _ in range(need)]
+        self._will_fill += min(need * self.block_size, seq.final_len)
         return True
 
     def grow(self, seq: Sequence) -> bool:
         """Make room for the token the next iteration produces: one more block when the last is full."""
         table = self.block_tables[seq.id]
-        if seq.length + 1 <= len(table) * self.block_size:
+        slots = len(table) * self.block_size
+        if seq.prompt_len + seq.generated < slots:
             return True
         if self.pool.num_free == 0:
             return False
         table.append(self.pool.allocate())
+        final = seq.final_len
+        self._will_fill += min(slots + self.block_size, final) - min(slots, final)
         return True
 
     def free(self, seq: Sequence) -> None:
-        for block in self.block_tables.pop(seq.id):
+        table = self.block_tables.pop(seq.id)
+        self._will_fill -= min(len(table) * self.block_size, seq.final_len)
+        for block in table:
             self.pool.release(block)
 
     def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
@@ -59,9 +66,10 @@ class PagedKV:
 
     def split(self, held: list[Sequence], next_waiting: Sequence | None) -> MemorySplit:
         bs = self.block_size
-        holdings = []
-        for s in held:
-            slots = len(self.block_tables[s.id]) * bs
-            holdings.append(Holding(s.length, s.final_len, slots, slots))
+        if len(held) != len(self.block_tables):
+            raise ValueError(f"split of {len(held)} sequences; the manager holds {len(self.block_tables)}")
+        stored = sum(s.prompt_len + s.generated for s in held)
+        allocated = (self.pool.num_blocks - self.pool.num_free) * bs
         # Any free block serves any request: no free block is too small or out of place.
-        return split_memory(self.capacity, holdings, self.pool.num_free * bs, 0)
+        return split_totals(self.capacity, stored, self._will_fill, allocated, allocated,
+                            self.pool.num_free * bs, 0)

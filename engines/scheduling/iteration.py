@@ -28,9 +28,7 @@ class IterationScheduler:
 
     def add(self, seq: Sequence, now: float) -> bool:
         """Queue an arrived request; False (and the sequence rejected) if it can never run."""
-        # A preempted sequence is recomputed: its prompt and all but its last output token in one prefill.
-        longest = seq.final_len - 1 if self.kv.recomputes else seq.prompt_len
-        return queue_or_reject(seq, self.waiting, self.kv, self.limits, longest, now)
+        return queue_or_reject(seq, self.waiting, self.kv, self.limits, now)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)

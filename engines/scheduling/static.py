@@ -2,10 +2,16 @@
 
 When no batch is running, up to B earliest-arrived requests form one batch;
 B is however many regions of `max_seq_len` slots the KV budget holds (and at
-most `max_num_seqs`). Prompts are padded to the batch's longest. The batch
-runs until its last request finishes: a finished request stays in it as
-padding (its row is still computed and its region still held), and no
-request joins mid-batch.
+most `max_num_seqs`). Prompts are padded to the batch's longest for the
+prefill, whose cost covers the padding. The batch runs until its last
+request finishes: a finished request stays in it as padding (its row is
+still computed and its region still held), and no request joins mid-batch.
+
+Decode attention follows FasterTransformer's per-sequence lengths: each live
+row attends over its own true context (prompt + tokens generated so far,
+never the padding), and a finished row kept as padding over the context it
+holds, its final length minus one. Both backends charge and compute exactly
+these contexts, which always fit the request's `max_seq_len` region.
 """
 from __future__ import annotations
 
@@ -26,11 +32,10 @@ class StaticScheduler:
         self.batch: list[Sequence] = []
         self._padded_prompt = 0
         self._prefilled = 0      # members of the batch whose (padded) prompt has been processed
-        self._decode_steps = 0
 
     def add(self, seq: Sequence, now: float) -> bool:
         """Queue an arrived request; False (and the sequence rejected) if it can never run."""
-        return queue_or_reject(seq, self.waiting, self.kv, self.limits, seq.prompt_len, now)
+        return queue_or_reject(seq, self.waiting, self.kv, self.limits, now)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.batch)
@@ -40,11 +45,10 @@ class StaticScheduler:
             return None
         if self._prefilled < len(self.batch):
             return self._prefill_chunk()
-        self._decode_steps += 1
         live = [s for s in self.batch if not s.done]
         padding = [s for s in self.batch if s.done]
-        context = self._padded_prompt + self._decode_steps
-        return Batch(decode=live, decode_context_lens=[context] * len(self.batch), padding=padding)
+        contexts = [s.length for s in live] + [s.length - 1 for s in padding]
+        return Batch(decode=live, decode_context_lens=contexts, padding=padding)
 
     def _form_batch(self, now: float) -> bool:
         while self.waiting and len(self.batch) < self.limits.max_num_seqs:
@@ -57,7 +61,7 @@ class StaticScheduler:
         if not self.batch:
             return False
         self._padded_prompt = max(s.prompt_len for s in self.batch)
-        self._prefilled = self._decode_steps = 0
+        self._prefilled = 0
         return True
 
     def _prefill_chunk(self) -> Batch:

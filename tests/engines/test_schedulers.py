@@ -116,10 +116,35 @@ def test_paged_batches_more_than_orca_max_on_the_same_trace():
     assert batch["paged"] > 2 * batch["orca"]
 
 
-def test_only_an_engine_that_recomputes_rejects_what_it_could_not_recompute():
-    # prompt 20 fits a 32-token prefill; a recompute of prompt + 29 outputs (49 tokens) would not.
-    reqs = [make_request(0, 20, 30)]
-    orca = serve(dict(name="orca", reservation="oracle"), reqs, capacity=256, max_num_batched_tokens=32)
-    paged = serve(dict(name="paged", block_size=4), reqs, capacity=256, max_num_batched_tokens=32)
-    assert orca.sequences[0].status is Status.FINISHED
-    assert "prefill of up to 49 tokens" in paged.sequences[0].rejected_reason
+def test_a_token_budget_below_max_seq_len_is_refused_for_every_engine():
+    # Otherwise a recomputing engine rejects long requests that the others serve: different traces.
+    with pytest.raises(ValueError, match="max_num_batched_tokens=32 is below limits.max_seq_len=64"):
+        SchedulerLimits(max_num_batched_tokens=32, max_seq_len=64)
+
+
+def test_max_seq_len_above_the_model_maximum_is_refused():
+    limits = SchedulerLimits(max_num_batched_tokens=4096, max_seq_len=4096)
+    with pytest.raises(ValueError, match="exceeds opt-13b's maximum of 2048"):
+        limits.check_model(2048, "opt-13b")
+    SchedulerLimits(max_seq_len=2048).check_model(2048, "opt-13b")
+
+
+def test_static_decode_rows_attend_over_true_lengths_within_their_regions():
+    reqs = [make_request(0, 5, 12), make_request(1, 30, 3), make_request(2, 17, 6)]
+    limits = SchedulerLimits(max_seq_len=64)
+    scheduler = build_scheduler(EngineConfig(name="static"), limits, 3 * 64)
+    contexts = []
+
+    class Recording(UnitExecutor):
+        def execute(self, batch):
+            if not batch.is_prefill:
+                rows = batch.decode + batch.padding
+                assert batch.decode_context_lens == [s.length for s in batch.decode] + \
+                    [s.length - 1 for s in batch.padding]
+                contexts.extend(zip(rows, batch.decode_context_lens))
+            return super().execute(batch)
+
+    run_engine(reqs, scheduler, Recording(), progress=False)
+    assert contexts and all(ctx <= seq.final_len <= limits.max_seq_len for seq, ctx in contexts)
+    # The longest request (prompt 5, 12 outputs) ends at its own length, not at padded prompt (30) + steps.
+    assert max(ctx for seq, ctx in contexts if seq.id == 0) == 5 + 12 - 1

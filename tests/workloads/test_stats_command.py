@@ -66,10 +66,10 @@ def test_command_errors_are_one_line(capsys, argv, message):
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_command_reports_too_few_pairs(capsys, data_dir):
+def test_command_reports_distinct_pairs_of_a_resampled_trace(capsys, data_dir):
     path = data_dir / "alpaca_small.json"
-    assert main(["alpaca", f"path={path}", "num_requests=10"]) == 1
-    assert "only 3 pairs" in capsys.readouterr().err
+    assert main(["alpaca", f"path={path}", "num_requests=10"]) == 0
+    assert "10 requests (3 distinct pairs)" in capsys.readouterr().out
 
 
 def test_runs_as_a_module(cache_dir):

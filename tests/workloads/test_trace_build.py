@@ -55,6 +55,8 @@ def test_sample_is_a_prefix_of_the_shuffle(sharegpt_path):
     assert [r.prompt_token_ids for r in small] == [r.prompt_token_ids for r in large[:10]]
 
 
-def test_too_few_pairs_names_the_count(sharegpt_path):
-    with pytest.raises(ValueError, match="num_requests=61 but only 60 pairs"):
-        build_workload(WorkloadConfig(name="sharegpt", path=sharegpt_path, num_requests=61))
+def test_more_requests_than_pairs_draw_a_fresh_permutation(sharegpt_path, caplog):
+    caplog.set_level("INFO", logger="workloads")
+    trace = build_workload(WorkloadConfig(name="sharegpt", path=sharegpt_path, num_requests=61))
+    assert len({r.pair_index for r in trace[:60]}) == 60 and trace[60].pair_index in {r.pair_index for r in trace}
+    assert "61 requests drawn from a pool of 60 pairs (2 permutations)" in caplog.text
