@@ -22,9 +22,9 @@ from engines.specs.hardware import HardwareSpec
 from engines.loop import run_engine
 from engines.specs.model import ModelSpec
 from engines.sim.executor import SimExecutor
-from results.store import SUMMARY, is_complete, save_run, write_json
+from results.store import SUMMARY, is_complete, read_summary, save_run, write_json
 from results.sweep_callback import register_resolvers
-from results.summary import summarize
+from results.summary import SLO, summarize
 from results.console import format_summary
 from results.wandb_logger import log_to_wandb, sweep_group
 from results.frames import iterations_frame, requests_frame
@@ -41,8 +41,8 @@ def bad_group_choice(argv: list[str]) -> str | None:
     for arg in argv:
         key, sep, value = arg.lstrip("+~").partition("=")
         group = CONF / key
-        if not sep or "." in key or not group.is_dir():
-            continue
+        if not sep or "." in key or not group.is_dir() or key.startswith("hydra/"):
+            continue   # hydra/* groups also hold Hydra's own options (basic, joblib, submitit_local)
         options = sorted(p.stem for p in group.glob("*.yaml"))
         for option in value.split(","):   # a multirun sweep lists several
             if option and option != "null" and option not in options:
@@ -96,8 +96,11 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     limits = SchedulerLimits(**limits_cfg)
     limits.check_model(model.max_seq_len, model.name)
 
+    measure = plain(cfg.measure)
+    slo = SLO(**measure.get("slo", {}))
     requests = build_workload(workload)
-    log.info("%s", format_stats(trace_stats(requests), workload.label))
+    stats = trace_stats(requests)
+    log.info("%s", format_stats(stats, workload.label))
     build = build_sim if cfg.backend.name == "sim" else build_real_backend
     scheduler, executor, info, where = build(cfg, model, engine, limits)
     log.info("engine %s: %s", engine.label, scheduler.kv.describe())
@@ -110,8 +113,10 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         "engine": engine.label, "block_size": engine.block_size if engine.name == "paged" else None,
         "workload": workload.label, "model": model.name, "backend": cfg.backend.name, **info,
         "arrival": workload.arrival, "request_rate": workload.request_rate, "workload_seed": workload.seed,
+        "duration_s": workload.duration_s, "trace_draws": stats["count"], "trace_distinct_pairs": stats["distinct_pairs"],
         "experiment": cfg.get("experiment_name"),
-        **summarize(iterations, reqs),
+        **summarize(iterations, reqs, measure.get("warmup_fraction", 0.1), slo),
+        "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s,
         "wall_s": record.wall_s,
         "iterations_per_wall_s": len(iterations) / record.wall_s if record.wall_s > 0 else None,
     }
@@ -132,20 +137,22 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> dict | None:
+    """The run's summary (also what a sweep's launcher hands back to the sweeper); None if it failed."""
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     if is_complete(run_dir) and not cfg.rerun:
         log.info("skipping %s: it already holds a finished run (rerun=true runs it again)", run_dir / SUMMARY)
-        return
+        return read_summary(run_dir)
     try:
-        run(cfg, run_dir)
+        return run(cfg, run_dir)
     except ValueError as err:
         # A bad value in the config or the data: one line, not a stack trace.
         log.error("error: %s", err)
         write_json({"error": str(err)}, run_dir / "error.json")
         if hydra_cfg.mode != RunMode.MULTIRUN:
             sys.exit(2)
+        return None
 
 
 if __name__ == "__main__":

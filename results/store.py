@@ -58,5 +58,9 @@ def save_run(run_dir: Path, iterations: pd.DataFrame, requests: pd.DataFrame, su
     write_json(summary, run_dir / SUMMARY)
 
 
+def read_summary(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / SUMMARY).read_text())
+
+
 def is_complete(run_dir: Path) -> bool:
     return (Path(run_dir) / SUMMARY).is_file()

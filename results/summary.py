@@ -1,6 +1,19 @@
-"""Summary metrics of one run, computed from its two tables alone."""
+"""Summary metrics of one run, computed from its two tables alone.
+
+Every time-averaged figure (batch size, the KV memory split) weights each
+iteration by its duration. Each is reported twice: over the whole run, and
+over the steady window (`steady_*`), which runs from the end of a warm-up to
+the last arrival and leaves out the drain after it, when the last long
+requests run nearly alone. For an offline trace (every request at t = 0) the
+window ends instead when the queue empties, at the last first admission.
+The warm-up is `warmup_fraction` of the span from the first arrival to the
+window's end. Steady throughput counts the tokens and finished requests of
+the window over its length; steady latency figures (normalized latency,
+TTFT, TPOT, SLO attainment) are over the requests that arrive in the window.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
 import math
 
 import numpy as np
@@ -9,6 +22,21 @@ import pandas as pd
 from engines.kv.memory_split import CATEGORIES
 
 PERCENTILES = (50, 90, 99)
+WARMUP_FRACTION = 0.1
+
+
+@dataclass(slots=True, frozen=True)
+class SLO:
+    """A request meets the SLO when its TTFT and its TPOT are both within these limits (vLLM's goodput)."""
+
+    ttft_s: float = 1.0
+    tpot_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        for key in ("ttft_s", "tpot_s"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"slo.{key} must be a positive number of seconds, got {value!r}")
 
 
 def distribution(values: pd.Series, prefix: str) -> dict[str, float]:
@@ -20,22 +48,90 @@ def distribution(values: pd.Series, prefix: str) -> dict[str, float]:
     return out
 
 
+def weighted_mean(values: pd.Series, durations: pd.Series) -> float:
+    """Mean of `values` weighted by iteration duration; NaN when no time passed."""
+    total = float(durations.sum())
+    return float((values * durations).sum()) / total if total > 0 else math.nan
+
+
 def memory_split(iterations: pd.DataFrame, prefix: str) -> dict[str, float]:
     """Each KV category's share of capacity, averaged over `iterations` weighted by their duration."""
-    busy = float(iterations["duration_s"].sum()) if len(iterations) else 0.0
-    if busy <= 0:
+    if not len(iterations):
         return {f"{prefix}_{cat}": math.nan for cat in CATEGORIES}
     capacity = int(iterations["capacity_slots"].iloc[0])
-    return {f"{prefix}_{cat}": float((iterations[cat] * iterations["duration_s"]).sum()) / busy / capacity
+    return {f"{prefix}_{cat}": weighted_mean(iterations[cat], iterations["duration_s"]) / capacity
             for cat in CATEGORIES}
 
 
-def summarize(iterations: pd.DataFrame, requests: pd.DataFrame) -> dict[str, float | int]:
-    """Throughput, batch size, time-averaged KV split and latency distributions.
+def batch_size(iterations: pd.DataFrame) -> float:
+    """Sequences in a decode step, averaged over decode iterations weighted by their duration."""
+    decode = iterations[iterations["decode_seqs"] > 0]
+    return weighted_mean(decode["batch_size"], decode["duration_s"])
 
-    Throughput counts finished requests over the makespan, from the first
-    arrival to the last finish; `output_tokens_per_s` counts generated tokens
-    only, `total_tokens_per_s` prompt + generated tokens.
+
+def steady_window(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION) -> tuple[float, float]:
+    """(start, end) of the steady window, in the run's clock; start == end when there is none."""
+    if not 0 <= warmup_fraction < 1:
+        raise ValueError(f"warmup_fraction must be in [0, 1), got {warmup_fraction}")
+    if not len(requests):
+        return 0.0, 0.0
+    first, end = float(requests["arrival_s"].min()), float(requests["arrival_s"].max())
+    if end <= first:   # offline: everything arrived at once; the queue empties at the last admission
+        admitted = requests["admitted_s"].dropna()
+        end = float(admitted.max()) if len(admitted) else first
+    return first + warmup_fraction * (end - first), end
+
+
+def latency(done: pd.DataFrame, prefix: str = "") -> dict[str, float]:
+    """Normalized latency, TTFT and TPOT distributions of finished requests."""
+    out = distribution((done["finish_s"] - done["arrival_s"]) / done["output_len"], f"{prefix}norm_latency_s")
+    out.update(distribution(done["first_token_s"] - done["arrival_s"], f"{prefix}ttft_s"))
+    multi = done[done["output_len"] > 1]
+    out.update(distribution((multi["finish_s"] - multi["first_token_s"]) / (multi["output_len"] - 1),
+                            f"{prefix}tpot_s"))
+    return out
+
+
+def slo_met(requests: pd.DataFrame, slo: SLO) -> pd.Series:
+    """Per request: finished with TTFT <= slo.ttft_s and TPOT <= slo.tpot_s (a one-token output has no TPOT)."""
+    ttft = requests["first_token_s"] - requests["arrival_s"]
+    steps = (requests["output_len"] - 1).clip(lower=1)
+    tpot = ((requests["finish_s"] - requests["first_token_s"]) / steps).where(requests["output_len"] > 1, 0.0)
+    return (requests["status"] == "finished") & (ttft <= slo.ttft_s) & (tpot <= slo.tpot_s)
+
+
+def steady(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction: float, slo: SLO) -> dict:
+    """The `steady_*` figures over the window (NaN when the window is empty)."""
+    start, end = steady_window(requests, warmup_fraction)
+    length = end - start
+    out: dict[str, float | int] = {"window_start_s": start, "window_end_s": end, "window_s": length}
+    inside = iterations[(iterations["start_s"] >= start) & (iterations["start_s"] < end)]
+    arrived = requests[(requests["arrival_s"] >= start) & (requests["arrival_s"] <= end)]
+    done = arrived[arrived["status"] == "finished"]
+    finished_in = requests[(requests["finish_s"] >= start) & (requests["finish_s"] < end)
+                           & (requests["status"] == "finished")]
+    per_s = (lambda n: n / length) if length > 0 else (lambda n: math.nan)
+    met = slo_met(arrived, slo)
+    out.update({
+        "steady_num_requests": int(len(arrived)),
+        "steady_requests_per_s": per_s(len(finished_in)),
+        "steady_output_tokens_per_s": per_s(int(inside["batch_size"].sum())),
+        "steady_mean_batch_size": batch_size(inside) if length > 0 else math.nan,
+        **{k: (v if length > 0 else math.nan) for k, v in memory_split(inside, "steady_mem").items()},
+        **latency(done, "steady_"),
+        "steady_slo_attainment": float(met.mean()) if len(arrived) else math.nan,
+        "steady_goodput_requests_per_s": per_s(int(met.sum())),
+    })
+    return out
+
+
+def summarize(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION,
+              slo: SLO = SLO()) -> dict[str, float | int]:
+    """Throughput, batch size, time-averaged KV split and latency distributions; whole run and steady window.
+
+    Whole-run throughput counts finished requests over the makespan, from the
+    first arrival to the last finish; `output_tokens_per_s` counts generated
+    tokens only, `total_tokens_per_s` prompt + generated tokens.
     """
     done = requests[requests["status"] == "finished"]
     start = float(requests["arrival_s"].min()) if len(requests) else 0.0
@@ -53,18 +149,16 @@ def summarize(iterations: pd.DataFrame, requests: pd.DataFrame) -> dict[str, flo
         "num_iterations": int(len(iterations)),
         "num_preemptions": int(iterations["preempted"].sum()) if len(iterations) else 0,
         "kv_capacity_slots": int(iterations["capacity_slots"].iloc[0]) if len(iterations) else 0,
+        "mean_batch_size": batch_size(iterations),
+        "max_batch_size": int(iterations["batch_size"].max()) if len(iterations) else 0,
     }
-    decode = iterations[iterations["decode_seqs"] > 0]
-    out["mean_batch_size"] = float(decode["batch_size"].mean()) if len(decode) else math.nan
-    out["max_batch_size"] = int(iterations["batch_size"].max()) if len(iterations) else 0
     out.update(memory_split(iterations, "mem"))
     # The same split over the iterations during which a request waited: while memory limits admission.
-    out.update(memory_split(iterations[iterations["num_waiting"] > 0], "mem_waiting"))
-    out["waiting_time_fraction"] = (
-        float(iterations.loc[iterations["num_waiting"] > 0, "duration_s"].sum() / iterations["duration_s"].sum())
-        if len(iterations) and iterations["duration_s"].sum() > 0 else math.nan)
-    out.update(distribution((done["finish_s"] - done["arrival_s"]) / done["output_len"], "norm_latency_s"))
-    out.update(distribution(done["first_token_s"] - done["arrival_s"], "ttft_s"))
-    multi = done[done["output_len"] > 1]
-    out.update(distribution((multi["finish_s"] - multi["first_token_s"]) / (multi["output_len"] - 1), "tpot_s"))
+    waiting = iterations[iterations["num_waiting"] > 0]
+    out.update(memory_split(waiting, "mem_waiting"))
+    busy = float(iterations["duration_s"].sum()) if len(iterations) else 0.0
+    out["waiting_time_fraction"] = float(waiting["duration_s"].sum()) / busy if busy > 0 else math.nan
+    out.update(latency(done))
+    out.update(steady(iterations, requests, warmup_fraction, slo))
+    out["drain_s"] = end - out["window_end_s"] if len(done) else math.nan
     return out

@@ -14,7 +14,8 @@ def build_from_mapping(cls, d, what: str):
     unknown = sorted(set(d) - set(valid))
     if unknown:
         raise ValueError(f"unknown {what} key(s) {unknown}; valid keys: {valid}")
-    missing = [f.name for f in fields(cls) if f.default is MISSING and f.name not in d]
+    missing = [f.name for f in fields(cls)
+               if f.default is MISSING and f.default_factory is MISSING and f.init and f.name not in d]
     if missing:
         raise ValueError(f"{what} is missing required key(s) {missing}")
     return cls(**d)

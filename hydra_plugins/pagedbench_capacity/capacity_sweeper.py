@@ -1,0 +1,148 @@
+"""A Hydra sweeper that searches each curve's capacity (the highest request rate meeting a criterion).
+
+    python run.py -m experiment=capacity                # conf/hydra/sweeper/capacity.yaml
+
+Hydra finds sweepers only in the `hydra_plugins` package, hence this folder;
+the search itself is `results.capacity.RateSearch`. The grid of
+`hydra.sweeper.params` (and sweep arguments on the command line) gives the
+curves, e.g. engine x workload x seed. Each round asks every open search
+for its next rate and launches all of those runs at once through the
+configured launcher (joblib processes, or SLURM / local via submitit), so
+the runs of one round go in parallel; the searches then read each run's
+summary (the job's return value) and the next round starts. Runs are
+ordinary run folders under the sweep folder, named by their overrides:
+re-running an interrupted search skips every finished run (its summary is
+read back) and goes on from there. After each round the capacity table is
+written to the sweep folder.
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobStatus
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf
+
+from results.capacity import Criterion, RateSearch, write_tables
+
+log = logging.getLogger("pagedbench")
+
+
+def expand_grid(overrides) -> list[list[str]]:
+    """Every combination of the sweep overrides (a,b,c lists), plain overrides kept in each."""
+    choices = []
+    for override in overrides:
+        key = override.get_key_element()
+        if override.is_sweep_override():
+            if not override.is_discrete_sweep():
+                raise ValueError(f"the capacity sweeper takes lists (a,b,c), not {override.input_line!r}")
+            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+        else:
+            choices.append([f"{key}={override.get_value_element_as_str()}"])
+    return [list(combo) for combo in itertools.product(*choices)]
+
+
+class CapacitySweeper(Sweeper):
+    def __init__(self, params: dict | None = None, criteria: list | None = None, rate_key: str = "workload.request_rate",
+                 start_rate: float = 1.0, growth: float = 2.0, precision: float = 0.02, min_rate: float = 0.01,
+                 max_rate: float = 1000.0, max_rounds: int = 40) -> None:
+        super().__init__()
+        self.params = dict(params or {})
+        raw = OmegaConf.to_container(criteria, resolve=True) if isinstance(criteria, (DictConfig,)) or \
+            OmegaConf.is_config(criteria) else criteria
+        self.criteria = [Criterion.from_dict(dict(c)) for c in (raw or [{"name": "latency", "threshold": 0.2}])]
+        self.rate_key = rate_key
+        self.search_args = dict(start=start_rate, growth=growth, precision=precision, min_rate=min_rate,
+                                max_rate=max_rate)
+        RateSearch(**self.search_args)   # check the settings before any run starts
+        self.max_rounds = max_rounds
+        self.config: DictConfig | None = None
+        self.launcher = None
+        self.hydra_context = None
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context,
+                                                                task_function=task_function, config=config)
+
+    def curves(self, arguments: list[str]) -> list[list[str]]:
+        params = [f"{k}={v}" for k, v in self.params.items()] + list(arguments)
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        curves = expand_grid(parser.parse_overrides(params))
+        if any(o.split("=", 1)[0].lstrip("+~") == self.rate_key for c in curves for o in c):
+            raise ValueError(f"{self.rate_key} is what the capacity sweeper searches; do not set or sweep it")
+        return curves
+
+    def sweep(self, arguments: list[str]) -> Any:
+        sweep_dir = Path(self.config.hydra.sweep.dir)
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        curves = self.curves(arguments)
+        searches = {(c, k): RateSearch(**self.search_args) for c in range(len(curves))
+                    for k in range(len(self.criteria))}
+        summaries: dict[tuple[int, float], dict | None] = {}   # (curve, rate) -> summary, None if it failed
+        errors: dict[int, str] = {}
+        log.info("capacity search: %d curves x %d criteria (%s), precision %.0f%%", len(curves),
+                 len(self.criteria), ", ".join(c.label for c in self.criteria), 100 * self.search_args["precision"])
+        job_idx = 0
+        for round_no in range(1, self.max_rounds + 1):
+            wanted = self._advance(searches, summaries, errors)
+            if not wanted:
+                break
+            log.info("capacity round %d: %d runs for %d open searches", round_no, len(wanted),
+                     sum(1 for (c, _), s in searches.items() if c not in errors and s.next_rate() is not None))
+            batch = [curves[c] + [f"{self.rate_key}={rate}"] for c, rate in wanted]
+            results = self.launcher.launch(batch, initial_job_idx=job_idx)
+            job_idx += len(batch)
+            for (c, rate), result in zip(wanted, results):
+                value = result._return_value if result.status == JobStatus.COMPLETED else None
+                if not isinstance(value, dict):
+                    why = repr(result._return_value) if result.status == JobStatus.FAILED else "no summary"
+                    errors.setdefault(c, f"run at {self.rate_key}={rate} failed: {why}")
+                    log.warning("capacity: curve %s: %s", " ".join(curves[c]), errors[c])
+                summaries[(c, rate)] = value if isinstance(value, dict) else None
+            self._write(curves, searches, summaries, errors, sweep_dir)
+        else:
+            log.warning("capacity search stopped after max_rounds=%d with searches still open", self.max_rounds)
+        self._advance(searches, summaries, errors)
+        table = self._write(curves, searches, summaries, errors, sweep_dir)
+        log.info("capacity table: %s (python -m results.capacity %s)", sweep_dir / "capacity.csv", sweep_dir)
+        return table
+
+    def _advance(self, searches, summaries, errors) -> list[tuple[int, float]]:
+        """Feed every search the outcomes already measured; the (curve, rate) runs still needed."""
+        wanted: dict[tuple[int, float], None] = {}
+        for (c, k), search in searches.items():
+            if c in errors:
+                continue
+            while (rate := search.next_rate()) is not None and (c, rate) in summaries:
+                search.record(rate, self.criteria[k].met(summaries[(c, rate)] or {}))
+            if rate is not None:
+                wanted[(c, rate)] = None
+        return list(wanted)
+
+    def _write(self, curves, searches, summaries, errors, sweep_dir: Path):
+        import pandas as pd
+
+        rows = []
+        for (c, k), search in searches.items():
+            runs = [s for (cc, _), s in summaries.items() if cc == c and s]
+            first = runs[0] if runs else {}
+            result = search.result()
+            rows.append({
+                "engine": first.get("engine"), "block_size": first.get("block_size"),
+                "workload": first.get("workload"), "model": first.get("model"),
+                "seed": first.get("workload_seed"), "duration_s": first.get("duration_s"),
+                "criterion": self.criteria[k].label, **result,
+                "done": result["done"] and c not in errors, "error": errors.get(c),
+                "overrides": " ".join(curves[c]),
+            })
+        table = pd.DataFrame(rows)
+        write_tables(table, sweep_dir)
+        return table

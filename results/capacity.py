@@ -1,0 +1,267 @@
+"""Capacity: the highest request rate an engine serves within a criterion, found by search.
+
+    python -m results.capacity SWEEP_DIR
+
+A capacity search (the `capacity` Hydra sweeper, `python run.py -m
+experiment=capacity`) runs, for every curve of its grid (engine, workload,
+seed, ...) and every criterion, a `RateSearch`: bracket the capacity by
+multiplying or dividing a start rate by `growth` until one rate meets the
+criterion and another does not, then bisect between the highest rate that
+met it and the lowest that did not until they are within `precision`
+(relative). The capacity reported is the highest rate measured to meet the
+criterion (`bound` "="), the lower end of the final bracket; `upper` is the
+upper end. A rate is only ever judged from a finished run's summary, so a
+search replays exactly from its run folders.
+
+Criteria, both over the requests that arrive in the steady window:
+
+- `latency`: mean normalized latency (end-to-end latency / output tokens)
+  at or under `threshold` s/token, the paper's Figure 12 criterion;
+- `goodput`: at least `attainment` of the requests meet the run's SLO
+  (TTFT and TPOT limits, `measure.slo`), as vLLM's goodput benchmarks
+  define a served request.
+
+Ratios divide the reference engine's capacity (paged) by each baseline's
+for the same workload, model, criterion and seed, then report the mean and
+the min-max over seeds.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+import math
+from pathlib import Path
+import sys
+
+import pandas as pd
+
+from results.store import atomic_write, write_parquet
+from results.sweep import ENGINE_ORDER, engine_rank
+
+CAPACITY_CSV = "capacity.csv"
+RATIOS_CSV = "capacity_ratios.csv"
+CRITERIA = ("latency", "goodput")
+
+
+@dataclass(slots=True, frozen=True)
+class Criterion:
+    """`latency` (with `threshold`, s/token) or `goodput` (with `attainment`, a share of requests)."""
+
+    name: str
+    threshold: float | None = None
+    attainment: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.name not in CRITERIA:
+            raise ValueError(f"criterion {self.name!r} is not one of {list(CRITERIA)}")
+        if self.name == "latency" and not (isinstance(self.threshold, (int, float)) and self.threshold > 0):
+            raise ValueError(f"the latency criterion needs a threshold > 0 (s/token), got {self.threshold!r}")
+        if self.name == "goodput" and not (isinstance(self.attainment, (int, float))
+                                           and 0 < self.attainment <= 1):
+            raise ValueError(f"the goodput criterion needs an attainment in (0, 1], got {self.attainment!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Criterion":
+        unknown = set(d) - {"name", "threshold", "attainment"}
+        if unknown:
+            raise ValueError(f"unknown criterion key(s) {sorted(unknown)}; valid: name, threshold, attainment")
+        return cls(**d)
+
+    @property
+    def label(self) -> str:
+        if self.name == "latency":
+            return f"latency<={self.threshold:g}s/tok"
+        return f"goodput>={self.attainment:.0%}"
+
+    def met(self, summary: dict) -> bool:
+        """Whether a run meets the criterion; a missing or NaN figure does not."""
+        if self.name == "latency":
+            value = summary.get("steady_norm_latency_s_mean")
+            return value is not None and not math.isnan(value) and value <= self.threshold
+        value = summary.get("steady_slo_attainment")
+        return value is not None and not math.isnan(value) and value >= self.attainment
+
+
+@dataclass(slots=True)
+class RateSearch:
+    """Bracket, then bisect, the highest rate meeting a criterion; rates that were tried are remembered.
+
+    Call `next_rate()` for the rate to measure (None when done) and
+    `record(rate, met)` with its outcome. Rates are rounded to 4 significant
+    digits, so a rate's run folder has a short name. If the curve is not
+    monotone, the capacity is where it first fails: a rate that passes above
+    the lowest failing rate is ignored.
+    """
+
+    start: float = 1.0
+    growth: float = 2.0
+    precision: float = 0.02
+    min_rate: float = 1e-3
+    max_rate: float = 1e4
+    outcomes: dict[float, bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_rate <= self.start <= self.max_rate:
+            raise ValueError(f"need 0 < min_rate <= start <= max_rate, got {self.min_rate}, {self.start}, "
+                             f"{self.max_rate}")
+        if not self.growth > 1:
+            raise ValueError(f"growth must be > 1, got {self.growth}")
+        if not 0 < self.precision < 1:
+            raise ValueError(f"precision must be in (0, 1), got {self.precision}")
+
+    @staticmethod
+    def round(rate: float) -> float:
+        return float(f"{rate:.4g}")
+
+    def record(self, rate: float, met: bool) -> None:
+        self.outcomes[self.round(rate)] = bool(met)
+
+    @property
+    def upper(self) -> float | None:
+        """The lowest rate that failed."""
+        failed = [r for r, ok in self.outcomes.items() if not ok]
+        return min(failed) if failed else None
+
+    @property
+    def lower(self) -> float | None:
+        """The highest rate that met the criterion below every failing rate."""
+        hi = self.upper
+        passed = [r for r, ok in self.outcomes.items() if ok and (hi is None or r < hi)]
+        return max(passed) if passed else None
+
+    def next_rate(self) -> float | None:
+        lo, hi = self.lower, self.upper
+        if lo is None and hi is None:
+            rate = self.start
+        elif hi is None:
+            if lo >= self.max_rate:
+                return None
+            rate = min(lo * self.growth, self.max_rate)
+        elif lo is None:
+            if hi <= self.min_rate:
+                return None
+            rate = max(hi / self.growth, self.min_rate)
+        elif (hi - lo) / lo <= self.precision:
+            return None
+        else:
+            rate = (lo + hi) / 2
+        rate = self.round(rate)
+        if rate in self.outcomes:   # rounding cannot split the bracket any further
+            return None
+        return rate
+
+    def result(self) -> dict:
+        """capacity (the highest rate that met the criterion), its bound, the bracket's upper end, probes."""
+        lo, hi = self.lower, self.upper
+        if lo is None:
+            bound, capacity = "<", hi          # even the lowest rate tried failed
+        elif hi is None:
+            bound, capacity = ">=", lo         # never failed up to max_rate
+        else:
+            bound, capacity = "=", lo
+        return {"capacity": capacity, "bound": bound, "upper": hi, "probes": len(self.outcomes),
+                "done": self.next_rate() is None}
+
+
+def ratio_table(capacity: pd.DataFrame, reference: str = "paged") -> pd.DataFrame:
+    """reference / baseline capacity per workload, model, criterion and seed (rows `seed` holds each)."""
+    keys = [c for c in ("workload", "model", "criterion") if c in capacity]
+    rows = []
+    ok = capacity[capacity["capacity"].notna()]
+    for key, group in ok.groupby(keys + ["seed"], sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        refs = group[group["engine"] == reference]
+        for ref in refs.itertuples(index=False):
+            for base in group[group["engine"] != reference].itertuples(index=False):
+                bound = "=" if ref.bound == "=" and base.bound == "=" else "~"
+                rows.append([*key, ref.block_size, base.engine, ref.capacity / base.capacity, bound])
+    return pd.DataFrame(rows, columns=[*keys, "seed", "block_size", "baseline", "ratio", "bound"])
+
+
+def ratio_summary(ratios: pd.DataFrame) -> pd.DataFrame:
+    """Mean and min-max over seeds of each ratio; `exact` False when any seed's capacity was a bound."""
+    keys = [c for c in ("workload", "model", "criterion", "block_size", "baseline") if c in ratios]
+    if not len(ratios):
+        return pd.DataFrame(columns=[*keys, "mean", "min", "max", "seeds", "exact"])
+    out = ratios.groupby(keys, sort=False, dropna=False).agg(
+        mean=("ratio", "mean"), min=("ratio", "min"), max=("ratio", "max"), seeds=("seed", "nunique"),
+        exact=("bound", lambda b: bool((b == "=").all()))).reset_index()
+    order = [e for e in reversed(ENGINE_ORDER)]
+    out["_rank"] = out["baseline"].map(lambda e: order.index(e) if e in order else len(order))
+    return out.sort_values([*keys[:3], "_rank"], kind="mergesort").drop(columns="_rank").reset_index(drop=True)
+
+
+def capacity_summary(capacity: pd.DataFrame) -> pd.DataFrame:
+    """Mean and min-max over seeds of each engine's capacity."""
+    keys = [c for c in ("workload", "model", "criterion", "engine", "block_size") if c in capacity]
+    ok = capacity[capacity["capacity"].notna()]
+    out = ok.groupby(keys, sort=False, dropna=False).agg(
+        mean=("capacity", "mean"), min=("capacity", "min"), max=("capacity", "max"),
+        seeds=("seed", "nunique"), exact=("bound", lambda b: bool((b == "=").all()))).reset_index()
+    out["_rank"] = out["engine"].map(engine_rank)
+    return out.sort_values([*keys[:3], "_rank"], kind="mergesort").drop(columns="_rank").reset_index(drop=True)
+
+
+def _blocks(table: pd.DataFrame) -> pd.DataFrame:
+    if "block_size" not in table:
+        return table
+    return table.assign(block_size=[("-" if pd.isna(b) else str(int(b))) for b in table["block_size"]])
+
+
+def format_capacity(capacity: pd.DataFrame) -> str:
+    table = _blocks(capacity_summary(capacity))
+    cells = [f"{m:.3g} ({lo:.3g}-{hi:.3g}){'' if ex else ' *'}"
+             for m, lo, hi, ex in zip(table["mean"], table["min"], table["max"], table["exact"])]
+    show = table.drop(columns=["mean", "min", "max", "exact"]).assign(**{"req/s mean (min-max)": cells})
+    return show.to_string(index=False)
+
+
+def format_ratios(ratios: pd.DataFrame) -> str:
+    table = _blocks(ratio_summary(ratios))
+    cells = [f"{m:.2f}x ({lo:.2f}-{hi:.2f}){'' if ex else ' *'}"
+             for m, lo, hi, ex in zip(table["mean"], table["min"], table["max"], table["exact"])]
+    show = table.drop(columns=["mean", "min", "max", "exact"]).assign(**{"paged / baseline": cells})
+    return show.to_string(index=False)
+
+
+def write_tables(capacity: pd.DataFrame, sweep_dir: Path) -> list[Path]:
+    """capacity.csv / .parquet (one row per curve and criterion) and capacity_ratios.csv (per seed)."""
+    sweep_dir = Path(sweep_dir)
+    paths = [sweep_dir / CAPACITY_CSV, sweep_dir / "capacity.parquet", sweep_dir / RATIOS_CSV]
+    atomic_write(paths[0], lambda tmp: capacity.to_csv(tmp, index=False))
+    write_parquet(capacity, paths[1])
+    ratios = ratio_table(capacity)
+    atomic_write(paths[2], lambda tmp: ratios.to_csv(tmp, index=False))
+    return paths
+
+
+def read_capacity(sweep_dir: Path) -> pd.DataFrame:
+    path = Path(sweep_dir) / CAPACITY_CSV
+    if not path.is_file():
+        raise ValueError(f"{sweep_dir}: no {CAPACITY_CSV}; run the capacity search first "
+                         f"(python run.py -m experiment=capacity)")
+    return pd.read_csv(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.capacity", description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
+    args = parser.parse_args(argv)
+    try:
+        capacity = read_capacity(args.sweep_dir)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    unfinished = capacity[~capacity["done"].astype(bool)]
+    print(f"{args.sweep_dir}: {len(capacity)} searches, {len(unfinished)} unfinished")
+    print("capacity, mean over seeds (min-max); * = some seed's capacity is a bound, not bracketed:")
+    print(format_capacity(capacity))
+    ratios = ratio_table(capacity)
+    if len(ratios):
+        print("paged / baseline capacity, mean over seeds (min-max):")
+        print(format_ratios(ratios))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
