@@ -107,7 +107,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
 
     if hasattr(executor, "start_clock"):
         executor.start_clock()
-    record = run_engine(requests, scheduler, executor, progress=cfg.progress)
+    record = run_engine(requests, scheduler, executor, progress=cfg.progress,
+                        stop_at_last_arrival=cfg.stop_at_last_arrival)
     iterations, reqs = iterations_frame(record), requests_frame(record)
     summary = {
         "engine": engine.label, "block_size": engine.block_size if engine.name == "paged" else None,
@@ -117,6 +118,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         "experiment": cfg.get("experiment_name"),
         **summarize(iterations, reqs, measure.get("warmup_fraction", 0.1), slo),
         "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s,
+        "stopped_at_last_arrival": bool(cfg.stop_at_last_arrival),
         "wall_s": record.wall_s,
         "iterations_per_wall_s": len(iterations) / record.wall_s if record.wall_s > 0 else None,
     }

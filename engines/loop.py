@@ -7,7 +7,7 @@ import time
 
 from tqdm import tqdm
 
-from engines.sequence import Sequence
+from engines.sequence import Sequence, record_tokens
 from workloads.request import Request
 
 ITERATION_COLUMNS = (
@@ -29,8 +29,10 @@ class RunRecord:
     wall_s: float = 0.0
 
 
-def run_engine(requests: list[Request], scheduler, executor, progress: bool | None = None) -> RunRecord:
-    """Serve `requests` to completion and record every iteration.
+def run_engine(requests: list[Request], scheduler, executor, progress: bool | None = None,
+               stop_at_last_arrival: bool = False) -> RunRecord:
+    """Serve `requests` to completion (or, with `stop_at_last_arrival`, until the clock passes the last
+    arrival, leaving the rest unfinished) and record every iteration.
 
     The executor owns the clock: `now()` reads it, `execute(batch)` runs one
     iteration and returns its duration (the sim's modelled time or the real
@@ -41,6 +43,7 @@ def run_engine(requests: list[Request], scheduler, executor, progress: bool | No
     capacity = scheduler.kv.capacity
     record = RunRecord(capacity_slots=capacity)
     pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.id)))
+    stop_at = pending[-1].arrival_s if stop_at_last_arrival and pending else None
     wall_start = time.perf_counter()
     # progress None: a bar only on a terminal.
     bar = tqdm(total=len(requests), unit="req", desc="requests", leave=False,
@@ -54,6 +57,8 @@ def run_engine(requests: list[Request], scheduler, executor, progress: bool | No
             record.sequences.append(seq)
             if not scheduler.add(seq, now):
                 bar.update(1)
+        if stop_at is not None and not pending and now > stop_at:
+            break   # no iteration starts after the last arrival
         batch = scheduler.schedule(now) if scheduler.has_work() else None
         if batch is None:
             if pending:
@@ -65,12 +70,11 @@ def run_engine(requests: list[Request], scheduler, executor, progress: bool | No
         start = executor.now()
         duration = executor.execute(batch)
         end = executor.now()
-        for seq in batch.advancing():
-            seq.record_token(end)
+        done_now = record_tokens(batch.advancing(), end)
         tokens += batch.num_seqs
         split = scheduler.memory_split()
         held = len(scheduler.held())
-        finished = scheduler.release_finished()
+        finished = scheduler.release_finished(done_now)
         rows.append((start, duration, len(batch.prefill), sum(batch.prefill_lens), len(batch.decode),
                      len(batch.decode_context_lens), batch.num_seqs, held, len(scheduler.waiting),
                      batch.preempted) + split.as_tuple())

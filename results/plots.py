@@ -52,6 +52,12 @@ def _numeric(df: pd.DataFrame, column: str) -> pd.Series:
     return pd.to_numeric(df[column], errors="coerce").astype(float)
 
 
+def steady(df: pd.DataFrame, column: str) -> pd.Series:
+    """A figure over the steady window (`steady_<column>`) where the runs have it, else over the whole run."""
+    window = _numeric(df, f"steady_{column}")
+    return window.where(window.notna(), _numeric(df, column)) if f"steady_{column}" in df else _numeric(df, column)
+
+
 def _with_keys(df: pd.DataFrame) -> pd.DataFrame:
     """df with float `rate` (NaN offline) and `block` (NaN when the engine has none)."""
     return df.assign(rate=_numeric(df, "request_rate"), block=_numeric(df, "block_size"))
@@ -178,7 +184,8 @@ def plot_memory_waste(df: pd.DataFrame, path: Path, prefix: str = "mem", rate: f
             tick.set_color(engine_color(engine))
         ax.set_xlim(0, 100)
         ax.set_xlabel("% of the KV budget")
-        when = "over the run" if prefix == "mem" else "while requests wait"
+        when = {"mem": "over the run", "mem_waiting": "while requests wait",
+                "steady_mem": "over the steady window"}.get(prefix, prefix)
         ax.set_title(f"{title} | {rate_label(chosen['rate'].iloc[0])}\nKV memory {when}", fontsize=9)
     fig.legend(handles=[Patch(color=color, label=label) for _, label, color in MEMORY_PARTS],
                loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5, fontsize=7, frameon=False)
@@ -191,7 +198,7 @@ def rate_curves(df: pd.DataFrame) -> pd.DataFrame:
     """Mean normalized latency per setting, engine and finite request rate."""
     df = default_block(df)
     df = df[df["rate"].notna() & (df["rate"] < math.inf)]
-    return df.assign(latency=_numeric(df, "norm_latency_s_mean"))
+    return df.assign(latency=steady(df, "norm_latency_s_mean"))
 
 
 def has_curve(curves: pd.DataFrame) -> bool:
@@ -238,9 +245,10 @@ def plot_latency_vs_rate(df: pd.DataFrame, path: Path, threshold: float = DEFAUL
 # --- Figure 13 --------------------------------------------------------------------------------------------
 
 def plot_batch_size(df: pd.DataFrame, path: Path) -> Path:
-    """Figure 13: mean decode batch size, one bar per engine, grouped by request rate, one panel per setting."""
+    """Figure 13: mean decode batch size (over the steady window where the runs have it), one bar per engine,
+    grouped by request rate, one panel per setting."""
     rows = default_block(df)
-    rows = rows.assign(batch=_numeric(rows, "mean_batch_size"))
+    rows = rows.assign(batch=steady(rows, "mean_batch_size"))
     rows = rows[rows["batch"].notna()]
     _require(len(rows) > 0, "no run with a mean_batch_size")
     panels = settings(rows)
@@ -296,7 +304,7 @@ def plot_block_size(df: pd.DataFrame, path: Path) -> Path:
              for rate, part in panel.groupby("rate", dropna=False, sort=True)]
     for ax, (column, label, scale) in zip(axes, BLOCK_METRICS):
         for i, (title, rate, part) in enumerate(lines):
-            points = part.assign(value=_numeric(part, column) * scale).groupby("block")["value"].mean()
+            points = part.assign(value=steady(part, column) * scale).groupby("block")["value"].mean()
             ax.plot(points.index, points.to_numpy(), marker="o", markersize=3.5, color=f"C{i % 10}",
                     label=f"{title} | {rate_label(rate)}")
         blocks = sorted(rows["block"].unique())
@@ -321,8 +329,10 @@ def plot_all(df: pd.DataFrame, figures_dir: Path, threshold: float = DEFAULT_THR
     if not len(df) or "engine" not in df:
         return []
     written = []
-    if len(memory_rows(default_block(df), "mem")):
-        written.append(plot_memory_waste(df, figures_dir / "memory_waste.png"))
+    for prefix in ("steady_mem", "mem"):
+        if len(memory_rows(default_block(df), prefix)):
+            written.append(plot_memory_waste(df, figures_dir / "memory_waste.png", prefix=prefix))
+            break
     if len(memory_rows(default_block(df), "mem_waiting")):
         written.append(plot_memory_waste(df, figures_dir / "memory_waste_while_waiting.png", prefix="mem_waiting"))
     if has_curve(rate_curves(df)):

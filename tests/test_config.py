@@ -41,8 +41,10 @@ def test_every_experiment_composes_with_its_sweep(experiment):
     assert cfg.experiment_name == experiment
     assert cfg.backend.name == "sim"
     assert cfg.hydra.sweeper.params, "an experiment lists what it sweeps"
-    if experiment == "block_size":   # inherits the throughput sweep, but only the paged engine has blocks
-        assert cfg.hydra.sweeper.params["engine"] == "paged"
+    if experiment == "block_size":   # only the paged engine has blocks
+        assert cfg.engine.name == "paged" and "engine" not in cfg.hydra.sweeper.params
+    if experiment != "memory_waste":  # the paper's traces last one hour; memory_waste is offline
+        assert cfg.workload.duration_s == 3600 and cfg.workload.arrival == "poisson"
     WorkloadConfig.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
     EngineConfig.from_dict(OmegaConf.to_container(cfg.engine, resolve=True))
 

@@ -44,7 +44,16 @@ class ContiguousKV:
 
     def grow(self, seq: Sequence) -> bool:
         """Make room for the token the next iteration produces; the region was sized at admission."""
-        return seq.length + 1 <= self.arena.regions[seq.id].requested
+        return self.grow_all([seq]) == 1
+
+    def grow_all(self, seqs: list[Sequence], start: int = 0) -> int:
+        """`grow` each of seqs[start:]; the index of the first whose region is full, or len(seqs)."""
+        regions = self.arena.regions
+        for i in range(start, len(seqs)):
+            seq = seqs[i]
+            if seq.prompt_len + seq.generated >= regions[seq.id].requested:
+                return i
+        return len(seqs)
 
     def free(self, seq: Sequence) -> None:
         region = self.arena.regions[seq.id]
@@ -63,10 +72,12 @@ class ContiguousKV:
     def holds(self, seq: Sequence) -> bool:
         return seq.id in self.arena.regions
 
-    def split(self, held: list[Sequence], next_waiting: Sequence | None) -> MemorySplit:
+    def split(self, held, next_waiting: Sequence | None, stored: int | None = None) -> MemorySplit:
+        """The split with `held` the sequences holding regions; `stored`, if the caller keeps it, their tokens."""
         if len(held) != len(self.arena.regions):
             raise ValueError(f"split of {len(held)} sequences; the arena holds {len(self.arena.regions)} regions")
-        stored = sum(s.prompt_len + s.generated for s in held)
+        if stored is None:
+            stored = sum(s.prompt_len + s.generated for s in held)
         need = self.region_size(next_waiting) if next_waiting is not None else 0
         return split_totals(self.capacity, stored, self._will_fill, self._requested, self._taken,
                             self.arena.free_slots(), self.arena.unusable_free(need))

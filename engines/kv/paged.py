@@ -39,16 +39,26 @@ class PagedKV:
 
     def grow(self, seq: Sequence) -> bool:
         """Make room for the token the next iteration produces: one more block when the last is full."""
-        table = self.block_tables[seq.id]
-        slots = len(table) * self.block_size
-        if seq.prompt_len + seq.generated < slots:
-            return True
-        if self.pool.num_free == 0:
-            return False
-        table.append(self.pool.allocate())
-        final = seq.final_len
-        self._will_fill += min(slots + self.block_size, final) - min(slots, final)
-        return True
+        return self.grow_all([seq]) == 1
+
+    def grow_all(self, seqs: list[Sequence], start: int = 0) -> int:
+        """`grow` each of seqs[start:] in order; the index of the first that cannot grow, or len(seqs).
+
+        The decode step's hot loop: one call per iteration, not one per sequence.
+        """
+        tables, bs, pool = self.block_tables, self.block_size, self.pool
+        for i in range(start, len(seqs)):
+            seq = seqs[i]
+            table = tables[seq.id]
+            slots = len(table) * bs
+            if seq.prompt_len + seq.generated < slots:
+                continue
+            if pool.num_free == 0:
+                return i
+            table.append(pool.allocate())
+            final = seq.final_len
+            self._will_fill += min(slots + bs, final) - min(slots, final)
+        return len(seqs)
 
     def free(self, seq: Sequence) -> None:
         table = self.block_tables.pop(seq.id)
@@ -64,11 +74,13 @@ class PagedKV:
     def holds(self, seq: Sequence) -> bool:
         return seq.id in self.block_tables
 
-    def split(self, held: list[Sequence], next_waiting: Sequence | None) -> MemorySplit:
+    def split(self, held, next_waiting: Sequence | None, stored: int | None = None) -> MemorySplit:
+        """The split with `held` the sequences holding blocks; `stored`, if the caller keeps it, their tokens."""
         bs = self.block_size
         if len(held) != len(self.block_tables):
             raise ValueError(f"split of {len(held)} sequences; the manager holds {len(self.block_tables)}")
-        stored = sum(s.prompt_len + s.generated for s in held)
+        if stored is None:
+            stored = sum(s.prompt_len + s.generated for s in held)
         allocated = (self.pool.num_blocks - self.pool.num_free) * bs
         # Any free block serves any request: no free block is too small or out of place.
         return split_totals(self.capacity, stored, self._will_fill, allocated, allocated,

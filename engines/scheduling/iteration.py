@@ -24,7 +24,10 @@ class IterationScheduler:
         self.kv = kv
         self.limits = limits
         self.waiting: deque[Sequence] = deque()
-        self.running: list[Sequence] = []   # in admission order
+        self.running: dict[int, Sequence] = {}   # by id, in admission order (a dict keeps insertion order)
+        # Tokens the running sequences hold once the last scheduled iteration has run: what the memory
+        # split reads after each iteration, kept up to date here instead of summed over every sequence.
+        self._stored = 0
 
     def add(self, seq: Sequence, now: float) -> bool:
         """Queue an arrived request; False (and the sequence rejected) if it can never run."""
@@ -35,9 +38,11 @@ class IterationScheduler:
 
     def schedule(self, now: float) -> Batch | None:
         batch = self._admit(now)
+        if batch is None:
+            batch = self._decode()
         if batch is not None:
-            return batch
-        return self._decode()
+            self._stored += batch.num_seqs   # each advancing sequence stores the token it produces
+        return batch
 
     def _admit(self, now: float) -> Batch | None:
         admitted, lens, tokens = [], [], 0
@@ -56,47 +61,48 @@ class IterationScheduler:
             tokens += seq.length
         if not admitted:
             return None
-        self.running.extend(admitted)
+        for seq in admitted:
+            self.running[seq.id] = seq
+        self._stored += tokens
         return Batch(prefill=admitted, prefill_lens=lens)
 
     def _decode(self) -> Batch | None:
         if not self.running:
             return None
         preempted = 0
-        i = 0
-        while i < len(self.running):
-            seq = self.running[i]
-            while not self.kv.grow(seq):
-                victim = self.running.pop()
-                self._preempt(victim)
-                preempted += 1
-                if victim is seq:
-                    break
-            else:
-                i += 1
-        if not self.running:
+        seqs = list(self.running.values())
+        i = self.kv.grow_all(seqs)
+        while i < len(seqs):
+            # seqs[i] needs a block and none is free: preempt the latest admitted (maybe seqs[i] itself).
+            self._preempt(seqs.pop())
+            preempted += 1
+            i = self.kv.grow_all(seqs, i)
+        if not seqs:
             # Cannot happen: add() rejects a request that would not fit an empty pool.
             raise RuntimeError(f"every running sequence was preempted ({preempted}); KV manager: {self.kv.describe()}")
-        return Batch(decode=list(self.running), decode_context_lens=[s.length for s in self.running],
+        return Batch(decode=seqs, decode_context_lens=[s.prompt_len + s.generated for s in seqs],
                      preempted=preempted)
 
     def _preempt(self, seq: Sequence) -> None:
+        del self.running[seq.id]
+        self._stored -= seq.length
         self.kv.free(seq)
         seq.status = Status.WAITING
         seq.preemptions += 1
         self.waiting.appendleft(seq)
 
-    def held(self) -> list[Sequence]:
-        return self.running
+    def held(self):
+        """The running sequences, in admission order (a live view)."""
+        return self.running.values()
 
     def memory_split(self) -> MemorySplit:
-        return self.kv.split(self.running, self.waiting[0] if self.waiting else None)
+        return self.kv.split(self.running.values(), self.waiting[0] if self.waiting else None, self._stored)
 
-    def release_finished(self) -> list[Sequence]:
-        finished = [s for s in self.running if s.done]
-        if finished:
-            for seq in finished:
-                seq.status = Status.FINISHED
-                self.kv.free(seq)
-            self.running = [s for s in self.running if not s.done]
+    def release_finished(self, finished: list[Sequence]) -> list[Sequence]:
+        """Free the sequences that produced their last token this iteration; returns them."""
+        for seq in finished:
+            seq.status = Status.FINISHED
+            del self.running[seq.id]
+            self._stored -= seq.length
+            self.kv.free(seq)
         return finished

@@ -81,9 +81,8 @@ class StaticScheduler:
     def memory_split(self) -> MemorySplit:
         return self.kv.split(self.batch, self.waiting[0] if self.waiting else None)
 
-    def release_finished(self) -> list[Sequence]:
-        """Mark finished requests; their regions stay held until the whole batch ends."""
-        finished = [s for s in self.batch if s.done and s.status is Status.RUNNING]
+    def release_finished(self, finished: list[Sequence]) -> list[Sequence]:
+        """Mark the requests that finished this iteration; their regions stay held until the whole batch ends."""
         for seq in finished:
             seq.status = Status.FINISHED
         if all(s.done for s in self.batch):

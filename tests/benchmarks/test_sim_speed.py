@@ -1,10 +1,14 @@
-"""How fast the simulated backend serves 1,000 ShareGPT requests (OPT-13B, A100-40GB), per engine.
+"""How fast the simulated backend serves ShareGPT (OPT-13B, A100-40GB): 1,000 requests per engine, and one
+one-hour trace at about paged's capacity (~18,000 requests), trace to summary.
 
-    make bench PYTEST_ARGS="-k sim_speed"
+    make bench PYTEST_ARGS="-k sim_speed -s"
 
 The figure of merit is wall time per run and simulated iterations per wall
-second (in the benchmark's extra_info); no time is asserted.
+second (in the benchmark's extra_info); no time is asserted. Target for the
+one-hour run: at most 10 s on a 2-core machine.
 """
+import time
+
 import pytest
 
 from engines.kv.budget import kv_budget
@@ -14,6 +18,8 @@ from engines.sim.cost_model import CostModel
 from engines.loop import run_engine
 from engines.specs.presets import load_hardware, load_model
 from engines.sim.executor import SimExecutor
+from results.frames import iterations_frame, requests_frame
+from results.summary import summarize
 from workloads import WorkloadConfig, build_workload
 
 ENGINES = [dict(name="static"), dict(name="orca", reservation="max"), dict(name="orca", reservation="pow2"),
@@ -41,3 +47,24 @@ def test_sim_speed_1000_sharegpt_requests(benchmark, setting, engine):
     assert all(s.done for s in record.sequences)
     benchmark.extra_info["iterations"] = len(record.iterations)
     benchmark.extra_info["iterations_per_wall_s"] = round(len(record.iterations) / record.wall_s)
+
+
+def test_sim_speed_one_hour_sharegpt_at_paged_capacity(benchmark, setting):
+    """Build the trace, serve it, tabulate and summarise it: one run of a capacity search."""
+    _, limits, slots, cost_model = setting
+    workload = WorkloadConfig(name="sharegpt", arrival="poisson", request_rate=5.0, duration_s=3600.0)
+
+    def one_run():
+        requests = build_workload(workload)
+        record = run_engine(requests, build_scheduler(EngineConfig(name="paged"), limits, slots),
+                            SimExecutor(cost_model), progress=False)
+        return record, summarize(iterations_frame(record), requests_frame(record))
+
+    start = time.perf_counter()
+    record, summary = benchmark.pedantic(one_run, rounds=1, iterations=1)
+    wall = time.perf_counter() - start
+    assert summary["num_finished"] == summary["num_requests"] > 15_000
+    benchmark.extra_info["requests"] = summary["num_requests"]
+    benchmark.extra_info["iterations"] = len(record.iterations)
+    print(f"\none-hour ShareGPT trace at 5 req/s, paged: {summary['num_requests']} requests, "
+          f"{len(record.iterations)} iterations, {wall:.1f} s (target <= 10 s)")

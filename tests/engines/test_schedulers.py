@@ -15,10 +15,10 @@ VARIANTS = [dict(name="static"), dict(name="orca", reservation="max"), dict(name
 MEM = slice(ITERATION_COLUMNS.index("token_states"), None)
 
 
-def serve(engine, requests, capacity, **limits):
+def serve(engine, requests, capacity, stop_at_last_arrival=False, **limits):
     limits.setdefault("max_seq_len", 64)
     scheduler = build_scheduler(EngineConfig(**engine), SchedulerLimits(**limits), capacity)
-    return run_engine(requests, scheduler, UnitExecutor(), progress=False)
+    return run_engine(requests, scheduler, UnitExecutor(), progress=False, stop_at_last_arrival=stop_at_last_arrival)
 
 
 def random_trace(n, seed, max_prompt=30, max_output=30, rate=None):
@@ -148,3 +148,27 @@ def test_static_decode_rows_attend_over_true_lengths_within_their_regions():
     assert contexts and all(ctx <= seq.final_len <= limits.max_seq_len for seq, ctx in contexts)
     # The longest request (prompt 5, 12 outputs) ends at its own length, not at padded prompt (30) + steps.
     assert max(ctx for seq, ctx in contexts if seq.id == 0) == 5 + 12 - 1
+
+
+def test_record_tokens_is_record_token_for_each():
+    from engines.sequence import Sequence, record_tokens
+    one = [Sequence(make_request(i, 3, 1 + i % 3)) for i in range(6)]
+    many = [Sequence(make_request(i, 3, 1 + i % 3)) for i in range(6)]
+    for now in (1.0, 2.0, 3.0):
+        expected = [s for s in one if not s.done and s.record_token(now)]
+        got = record_tokens([s for s in many if not s.done], now)
+        assert [s.id for s in got] == [s.id for s in expected]
+    assert [(s.generated, s.first_token_s, s.finish_s) for s in one] == \
+        [(s.generated, s.first_token_s, s.finish_s) for s in many]
+
+
+def test_stopping_at_the_last_arrival_leaves_the_overload_unfinished():
+    reqs = random_trace(60, 5, rate=50.0)           # far more than one request per unit-time iteration
+    last = max(r.arrival_s for r in reqs)
+    full = serve(dict(name="paged", block_size=4), reqs, capacity=200)
+    cut = serve(dict(name="paged", block_size=4), reqs, capacity=200, stop_at_last_arrival=True)
+    assert all(s.status is Status.FINISHED for s in full.sequences)
+    assert any(s.status is not Status.FINISHED for s in cut.sequences)
+    assert len(cut.sequences) == len(reqs)          # every request arrived before the stop
+    starts = [row[ITERATION_COLUMNS.index("start_s")] for row in cut.iterations]
+    assert starts[-1] <= last < cut.end_s

@@ -22,7 +22,7 @@ def test_report_from_a_small_memory_waste_sweep(tmp_path):
     for engine in ("static", "orca-max", "orca-pow2", "orca-oracle", "paged"):
         assert f"| {engine} |" in text
     assert "20.4 / 13.3 / 57.3 / 8.9" in text                       # the paper's figures beside ours
-    assert "Not run: `python run.py -m experiment=throughput`" in text  # missing experiments are said, not invented
+    assert "Not run: `python run.py -m experiment=capacity`" in text  # missing experiments are said, not invented
     assert "No real-backend results" in text
     assert (tmp_path / "results" / "figures" / "memory_waste.png").stat().st_size > 0
     assert (sweep / "aggregate.csv").is_file()                      # the sweep aggregated itself when it ended
