@@ -25,8 +25,10 @@ def options(group):
 
 @pytest.mark.parametrize("group,option", [(g, o) for g in GROUPS for o in options(g)])
 def test_every_group_option_composes(group, option):
+    # The trace workload replays a file: it needs one.
+    extra = [f"workload.path={ROOT / 'tests' / 'data' / 'trace_small.jsonl'}"] if option == "trace" else []
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
-        cfg = compose(config_name="config", overrides=[f"{group}={option}"])
+        cfg = compose(config_name="config", overrides=[f"{group}={option}", *extra])
     node = OmegaConf.to_container(cfg[group], resolve=True)
     if GROUPS[group] is not None:
         GROUPS[group].from_dict(node)

@@ -14,6 +14,7 @@ from workloads.pairs import TokenizedPairs
 from workloads.request import Request
 from workloads.sharegpt import load_sharegpt
 from workloads.synthetic import synthetic_pairs
+from workloads.trace_file import read_trace, replay, trace_pairs
 from workloads.tokenizer import load_tokenizer
 
 log = logging.getLogger("workloads")
@@ -37,12 +38,17 @@ def build_workload(cfg: WorkloadConfig) -> list[Request]:
     process. Ids are 0..n-1 in arrival order; each request keeps its pool
     index (`pair_index`).
     """
+    if cfg.name == "trace":
+        rows = read_trace(cfg.path)
+        if cfg.arrival == "trace":
+            return replay(rows, trace_pairs(rows, np.random.default_rng([cfg.seed, PAIRS_STREAM])), cfg.path)
     arrival_rng = np.random.default_rng([cfg.seed, ARRIVAL_STREAM])
     if cfg.duration_s is not None:
         times = arrival_times_within(cfg.duration_s, cfg.arrival, cfg.request_rate, cfg.burstiness, arrival_rng)
     else:
         times = arrival_times(cfg.num_requests, cfg.arrival, cfg.request_rate, cfg.burstiness, arrival_rng)
-    pairs = load_pairs(cfg, len(times))
+    pairs = (trace_pairs(rows, np.random.default_rng([cfg.seed, PAIRS_STREAM])) if cfg.name == "trace"
+             else load_pairs(cfg, len(times)))
     if cfg.name == "synthetic":
         kept = np.arange(len(pairs))
     else:

@@ -6,8 +6,8 @@ from dataclasses import dataclass, field, fields
 
 from workloads.length_dist import LengthDist
 
-NAMES = ("sharegpt", "alpaca", "synthetic")
-ARRIVALS = ("offline", "poisson", "gamma")
+NAMES = ("sharegpt", "alpaca", "synthetic", "trace")
+ARRIVALS = ("offline", "poisson", "gamma", "trace")
 
 
 @dataclass(slots=True)
@@ -54,6 +54,8 @@ class WorkloadConfig:
             raise ValueError(f"path must be a non-empty string or None, got {self.path!r}")
         if self.name == "synthetic" and self.path is not None:
             raise ValueError(f"the synthetic workload reads no file, but path={self.path!r} was given")
+        if self.name == "trace" and self.path is None:
+            raise ValueError("workload=trace replays a trace file: set workload.path=FILE.jsonl or FILE.parquet")
         if not isinstance(self.tokenizer, str) or self.tokenizer in ("", "hf:"):
             raise ValueError(
                 f"tokenizer must be an encoding name like 'cl100k_base' or 'hf:/local/dir', got {self.tokenizer!r}"
@@ -82,7 +84,14 @@ class WorkloadConfig:
         self.burstiness = float(self.burstiness)
         if not (math.isfinite(self.burstiness) and self.burstiness > 0):
             raise ValueError(f"burstiness must be finite and > 0, got {self.burstiness}")
-        if self.arrival == "offline":
+        if self.arrival == "trace":
+            if self.name != "trace":
+                raise ValueError(f"arrival='trace' takes arrival times from a trace file (workload=trace), "
+                                 f"not from {self.name!r}")
+            if self.request_rate != math.inf or self.duration_s is not None:
+                raise ValueError("arrival='trace' replays the file's own arrival times: leave request_rate at "
+                                 "inf and duration_s unset")
+        elif self.arrival == "offline":
             if self.request_rate != math.inf:
                 raise ValueError(
                     f"arrival='offline' sends every request at t=0, so request_rate={self.request_rate} "

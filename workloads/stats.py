@@ -20,23 +20,33 @@ from workloads.trace_stats import format_stats, trace_stats
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf" / "workload"
 
 
+def parse_workload(argv: list[str]) -> WorkloadConfig | int:
+    """`NAME key=value ...` as a WorkloadConfig; or, after printing one line, the exit status 2."""
+    names = sorted(p.stem for p in CONF_DIR.glob("*.yaml"))
+    if not argv or "=" in argv[0]:
+        print(f"usage: NAME [key=value ...]; NAME one of {names}", file=sys.stderr)
+        return 2
+    file = CONF_DIR / f"{argv[0]}.yaml"
+    if not file.is_file():
+        print(f"error: no workload config {argv[0]!r}; one of {names}", file=sys.stderr)
+        return 2
+    try:
+        merged = OmegaConf.merge(OmegaConf.load(file), OmegaConf.from_dotlist(argv[1:]))
+        return WorkloadConfig.from_dict(OmegaConf.to_container(merged, resolve=True))
+    except Exception as err:  # config errors are the user's to fix: one line, no traceback
+        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
+        return 2
+
+
 def main(argv: list[str]) -> int:
     """Exit status: 0 printed, 2 bad command line or config, 1 the trace could not be built."""
     if not argv or "=" in argv[0]:
         names = sorted(p.stem for p in CONF_DIR.glob("*.yaml"))
         print(f"usage: python -m workloads.stats NAME [key=value ...]; NAME one of {names}", file=sys.stderr)
         return 2
-    file = CONF_DIR / f"{argv[0]}.yaml"
-    if not file.is_file():
-        names = sorted(p.stem for p in CONF_DIR.glob("*.yaml"))
-        print(f"error: no workload config {argv[0]!r}; one of {names}", file=sys.stderr)
-        return 2
-    try:
-        merged = OmegaConf.merge(OmegaConf.load(file), OmegaConf.from_dotlist(argv[1:]))
-        cfg = WorkloadConfig.from_dict(OmegaConf.to_container(merged, resolve=True))
-    except Exception as err:  # config errors are the user's to fix: one line, no traceback
-        print(f"error: {str(err).splitlines()[0]}", file=sys.stderr)
-        return 2
+    cfg = parse_workload(argv)
+    if isinstance(cfg, int):
+        return cfg
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         requests = build_workload(cfg)
