@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -74,12 +75,19 @@ def build_sim(cfg: DictConfig, model: ModelSpec, engine: EngineConfig, limits: S
 
 
 def build_real_backend(cfg: DictConfig, model: ModelSpec, engine: EngineConfig, limits: SchedulerLimits):
-    from engines.real.build import RealBackendConfig, build_real   # torch and transformers load only here
+    from engines.real.build import RealBackendConfig, build_real, host_load   # torch loads only here
 
     setup = build_real(RealBackendConfig.from_dict(plain(cfg.backend)), model, engine, limits)
     log.info("%s: %s", model.name, setup.describe())
+    load = host_load()
+    if load["load_avg_1m"] > load["cpu_count"]:
+        log.warning("the machine's load (%.1f over the last minute) exceeds its %d cores: other jobs share them, "
+                    "so this run's wall-clock figures will read slow; time runs one at a time",
+                    load["load_avg_1m"], load["cpu_count"])
     info = {"device": setup.device, "dtype": setup.dtype, "kernels": setup.kernels,
-            "kv_budget_bytes": setup.budget_bytes, "kv_budget_slots": setup.num_slots}
+            "kv_budget_bytes": setup.budget_bytes, "kv_budget_slots": setup.num_slots,
+            "torch_threads": load["torch_threads"], "cpu_count": load["cpu_count"],
+            "load_avg_1m_start": load["load_avg_1m"]}
     setup.executor.warmup()
     return setup.scheduler, setup.executor, info, setup.device
 
@@ -126,6 +134,7 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
         busy = float(iterations["duration_s"].sum())
         summary["forward_s"] = executor.forward_s
         summary["forward_fraction_of_iterations"] = executor.forward_s / busy if busy > 0 else None
+        summary["load_avg_1m_end"] = os.getloadavg()[0]
     save_run(run_dir, iterations, reqs, summary)
     log_to_wandb(plain(cfg.logger), plain(cfg), run_dir, iterations, reqs, summary, group=multirun_group())
     rejected = reqs[reqs["status"] == "rejected"]

@@ -60,6 +60,19 @@ def available_bytes(device: torch.device) -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def host_load() -> dict:
+    """torch's intra-op thread count, the machine's cores and its 1-minute load average (NaN where unknown).
+
+    Wall-clock figures on a CPU are only comparable on a quiet machine: a second job on two cores made the
+    default run 9x slower. The summary records these so a reader can tell.
+    """
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        load = float("nan")
+    return {"torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "load_avg_1m": load}
+
+
 def check_fits(spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> None:
     """Refuse, with a clear message, a model whose weights alone exceed the memory available."""
     need = spec.num_params * torch.finfo(dtype).bits // 8

@@ -1,6 +1,15 @@
-"""Small real models and a harness that serves requests through the real executor on cpu."""
+"""Small real models and a harness that serves requests through the real executor on cpu.
+
+Triton reads TRITON_INTERPRET when a kernel is decorated, so it is set here, before any test imports
+kernels.triton_*: without a GPU the Triton kernels run under the interpreter.
+"""
+import os
+
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
 
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
@@ -34,19 +43,19 @@ def make_model(arch):
     return model
 
 
-def make_engine(model, spec, engine, capacity, keep_logits=False, max_num_batched_tokens=256):
+def make_engine(model, spec, engine, capacity, keep_logits=False, max_num_batched_tokens=256, ops="torch"):
     limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max_num_batched_tokens)
     config = EngineConfig(**engine)
     scheduler = build_scheduler(config, limits, capacity)
     cache = allocate_kv(spec.num_layers, spec.num_kv_heads, spec.head_dim, capacity,
                         config.block_size if config.name == "paged" else None, torch.float32, torch.device("cpu"))
-    executor = RealExecutor(model, scheduler.kv, cache, load_ops("torch"), torch.device("cpu"),
+    executor = RealExecutor(model, scheduler.kv, cache, load_ops(ops), torch.device("cpu"),
                             keep_logits=keep_logits)
     return scheduler, cache, executor
 
 
-def serve(model, spec, engine, requests, capacity, capture=None):
-    scheduler, cache, executor = make_engine(model, spec, engine, capacity, keep_logits=capture is not None)
+def serve(model, spec, engine, requests, capacity, capture=None, ops="torch"):
+    scheduler, cache, executor = make_engine(model, spec, engine, capacity, keep_logits=capture is not None, ops=ops)
     if capture is not None:
         inner = executor.execute
 

@@ -20,11 +20,7 @@ def reference_logits(model, tokens):
         model.set_attn_implementation(impl)
 
 
-@pytest.mark.parametrize("engine", sorted(ENGINES))
-def test_logits_match_the_library_forward_for_prefill_and_decode(arch, engine):
-    model, spec = make_model(arch), SPECS[arch]
-    captured = {}
-    record, _, _ = serve(model, spec, ENGINES[engine], requests(LENGTHS), capacity=512, capture=captured)
+def check_against_library(model, record, captured, atol):
     for seq in record.sequences:
         prompt = list(seq.request.prompt_token_ids)
         assert len(seq.output_token_ids) == seq.request.output_len
@@ -33,8 +29,27 @@ def test_logits_match_the_library_forward_for_prefill_and_decode(arch, engine):
         ours = torch.stack(captured[seq.id])         # one row per generated token
         expected = ref[len(prompt) - 1:]
         assert ours.shape == expected.shape
-        torch.testing.assert_close(ours, expected, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(ours, expected, atol=atol, rtol=atol)
         assert seq.output_token_ids == expected.argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_logits_match_the_library_forward_for_prefill_and_decode(arch, engine):
+    model, spec = make_model(arch), SPECS[arch]
+    captured = {}
+    record, _, _ = serve(model, spec, ENGINES[engine], requests(LENGTHS), capacity=512, capture=captured)
+    check_against_library(model, record, captured, atol=1e-5)
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_triton_kernels_inside_the_model_match_the_library_forward(arch, engine):
+    """The Triton write_kv and decode attention kernels (interpreted on a CPU) inside the model's forward."""
+    pytest.importorskip("triton", reason="triton is not installed on this platform")
+    model, spec = make_model(arch), SPECS[arch]
+    captured = {}
+    record, _, _ = serve(model, spec, ENGINES[engine], requests(LENGTHS[:3]), capacity=512, capture=captured,
+                         ops="triton")
+    check_against_library(model, record, captured, atol=1e-4)
 
 
 def test_three_engines_generate_identical_tokens_including_after_a_preemption(arch):
