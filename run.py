@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from engines.kv.budget import kv_budget
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.sim.cost_model import CostModel
+from engines.sim.cost_model import build_cost_model
 from engines.specs.hardware import HardwareSpec
 from engines.loop import run_engine
 from engines.specs.model import ModelSpec
@@ -65,13 +65,24 @@ def plain(node) -> dict:
 def build_sim(cfg: DictConfig, model: ModelSpec, engine: EngineConfig, limits: SchedulerLimits):
     """Scheduler and executor of the simulated backend, and what to record about them."""
     hardware = HardwareSpec.from_dict(plain(cfg.hardware))
-    budget = kv_budget(model, hardware, cfg.gpu_memory_utilization,
-                       limits.max_num_batched_tokens, limits.max_num_seqs)
-    log.info("%s on %s x%d: %s", model.name, hardware.name, model.tp, budget.describe())
-    info = {"hardware": hardware.name, "tp": model.tp, "kv_budget_bytes": budget.kv_bytes,
-            "kv_budget_slots": budget.num_slots}
-    scheduler = build_scheduler(engine, limits, budget.num_slots)
-    return scheduler, SimExecutor(CostModel(model, hardware)), info, hardware.name
+    slots = cfg.backend.get("kv_budget_slots")
+    if slots is not None:
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
+            raise ValueError(f"backend.kv_budget_slots must be a positive integer, got {slots!r}")
+        log.info("%s on %s x%d: KV budget set to %s token slots", model.name, hardware.name, model.tp,
+                 f"{slots:,}")
+        info = {"hardware": hardware.name, "tp": model.tp, "kv_budget_bytes": slots * model.kv_bytes_per_token,
+                "kv_budget_slots": slots}
+    else:
+        budget = kv_budget(model, hardware, cfg.gpu_memory_utilization,
+                           limits.max_num_batched_tokens, limits.max_num_seqs)
+        log.info("%s on %s x%d: %s", model.name, hardware.name, model.tp, budget.describe())
+        slots = budget.num_slots
+        info = {"hardware": hardware.name, "tp": model.tp, "kv_budget_bytes": budget.kv_bytes,
+                "kv_budget_slots": slots}
+    scheduler = build_scheduler(engine, limits, slots)
+    cost_model = build_cost_model(model, hardware, engine.block_size if engine.name == "paged" else None)
+    return scheduler, SimExecutor(cost_model), info, hardware.name
 
 
 def build_real_backend(cfg: DictConfig, model: ModelSpec, engine: EngineConfig, limits: SchedulerLimits):

@@ -52,12 +52,19 @@ def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, 
     """One query token per sequence attending over its context, read through its block table."""
     block_size = k_cache.shape[1]
     out = torch.empty_like(query)
-    for s, length in enumerate(context_lens.tolist()):
-        blocks = block_tables[s, :-(-length // block_size)].long()
-        # Gather the sequence's blocks: [L, Hkv, D]. index_select copies whole blocks at memcpy speed;
-        # advanced indexing (k_cache[blocks]) took ~5x longer on a CPU, a cost a GPU kernel does not have.
-        k = k_cache.index_select(0, blocks).flatten(0, 1)[:length]
-        v = v_cache.index_select(0, blocks).flatten(0, 1)[:length]
+    lengths = context_lens.tolist()
+    # Gather each sequence's blocks into one reused buffer: index_select copies whole blocks at memcpy
+    # speed, and reusing its output saves a fresh allocation (and its page faults) per sequence. On a
+    # CPU, advanced indexing (k_cache[blocks]) into new tensors made paged attention 5-6x slower than
+    # the contiguous arena's views; a GPU kernel reads the blocks in place and has no such cost.
+    most = -(-max(lengths, default=1) // block_size)
+    k_buf = torch.empty((most, *k_cache.shape[1:]), dtype=k_cache.dtype, device=k_cache.device)
+    v_buf = torch.empty_like(k_buf)
+    for s, length in enumerate(lengths):
+        n = -(-length // block_size)
+        blocks = block_tables[s, :n].long()
+        k = torch.index_select(k_cache, 0, blocks, out=k_buf[:n]).flatten(0, 1)[:length]   # [L, Hkv, D]
+        v = torch.index_select(v_cache, 0, blocks, out=v_buf[:n]).flatten(0, 1)[:length]
         out[s] = _attend_one(query[s], k, v, scale).to(query.dtype)
     return out
 

@@ -64,7 +64,7 @@ def grid(max_len: int, quick: bool = False, seed: int = 0) -> list[Shape]:
         for new in news:
             if n * new <= 2048:
                 out.append(Shape("prefill", "contiguous", 0, (new,) * n))
-    batches, contexts = ((2, 16), (64, 512)) if quick else ((1, 4, 16, 32), (64, 256, 1024))
+    batches, contexts = ((2, 16), (64, 512)) if quick else ((1, 4, 16, 32, 64), (64, 256, 1024))
     contexts = tuple(c for c in contexts if c < max_len)
     layouts = [("contiguous", 0)] + [("paged", bs) for bs in ((1, 16, 256) if quick else BLOCK_SIZES)]
     for layout, bs in layouts:
@@ -91,7 +91,7 @@ def features(shape: Shape) -> dict:
 class Profiler:
     """One model on one device; an executor per KV layout, built on first use."""
 
-    def __init__(self, model_name: str, device: str = "auto", dtype: str = "auto", kv_slots: int = 65_536):
+    def __init__(self, model_name: str, device: str = "auto", dtype: str = "auto", kv_slots: int = 131_072):
         self.spec = load_model(model_name)
         self.device = resolve_device(device)
         self.dtype = resolve_dtype(dtype, self.device)

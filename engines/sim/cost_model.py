@@ -30,6 +30,13 @@ row per sequence:
 - LM head for the sampled rows: FLOPs 2 * rows * hidden * vocab; bytes: its
   weight (vocab * hidden) plus its inputs and logits.
 - hw.iteration_overhead_s, once per iteration.
+- the paged layout (`block_size` given): decode attention reads each block at
+  hw.paged_block_cost_tokens context tokens' cost on top of its tokens, the
+  paged kernel's measured penalty; the contiguous layout has none.
+
+A fitted preset (hw.fitted, written by `python -m engines.sim.fit`) replaces
+the roofline with the linear terms measured on one model (`LinearCostModel`);
+`build_cost_model` picks the one the preset asks for.
 
 An empty batch raises ValueError: an engine with nothing to run should move
 its clock to the next arrival, not run a free iteration.
@@ -42,14 +49,31 @@ from engines.specs.hardware import HardwareSpec
 from engines.specs.model import ModelSpec
 
 
+def build_cost_model(model: ModelSpec, hw: HardwareSpec, block_size: int | None = None):
+    """The roofline, or the fitted linear model when the preset has one; `block_size` None = contiguous."""
+    if hw.fitted is not None:
+        from engines.sim.linear_cost import LinearCostModel
+
+        return LinearCostModel(model, hw, block_size)
+    return CostModel(model, hw, block_size)
+
+
+def blocks_read(decode_context_lens: Sequence[int], block_size: int) -> int:
+    """Blocks the paged decode rows read: each row's context rounded up to whole blocks."""
+    up = block_size - 1
+    shift = block_size.bit_length() - 1            # block sizes are powers of two
+    return sum((n + up) >> shift for n in decode_context_lens)
+
+
 class CostModel:
-    __slots__ = ("model", "hw", "_overhead_s",
+    __slots__ = ("model", "hw", "block_size", "_block_tokens", "_overhead_s",
                  "_linear_flop_s", "_linear_weight_s", "_linear_io_s", "_elementwise_s",
                  "_prefill_pair_s", "_prefill_io_s", "_ctx_flop_s", "_ctx_byte_s", "_decode_io_s",
                  "_all_reduce_s", "_lm_flop_s", "_lm_weight_s", "_lm_io_s", "_gather_s")
 
-    def __init__(self, model: ModelSpec, hw: HardwareSpec):
-        self.model, self.hw = model, hw
+    def __init__(self, model: ModelSpec, hw: HardwareSpec, block_size: int | None = None):
+        self.model, self.hw, self.block_size = model, hw, block_size
+        self._block_tokens = float(hw.paged_block_cost_tokens) if block_size else 0.0
         # All constants below are seconds per unit on one device, summed over all layers.
         L, tp, dt = model.num_layers, model.tp, model.dtype_bytes
         h, ffn, vocab = model.hidden_size, model.ffn_size, model.vocab_size
@@ -125,6 +149,8 @@ class CostModel:
             t += compute if compute > memory else memory
         if n_decode:
             ctx = sum(decode_context_lens)
+            if self._block_tokens:
+                ctx += self._block_tokens * blocks_read(decode_context_lens, self.block_size)
             compute = ctx * self._ctx_flop_s
             memory = ctx * self._ctx_byte_s + n_decode * self._decode_io_s
             t += compute if compute > memory else memory
@@ -144,6 +170,8 @@ class CostModel:
         tokens = sum(prefill_lens) + len(decode_context_lens)
         pairs = sum(n * (n + 1) for n in prefill_lens)
         ctx = sum(decode_context_lens)
+        if self._block_tokens:
+            ctx += self._block_tokens * blocks_read(decode_context_lens, self.block_size)
         prefill = max(pairs * self._prefill_pair_s, sum(prefill_lens) * self._prefill_io_s)
         decode = max(ctx * self._ctx_flop_s, ctx * self._ctx_byte_s + len(decode_context_lens) * self._decode_io_s)
         return {

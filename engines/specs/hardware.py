@@ -19,6 +19,12 @@ class HardwareSpec:
     bandwidth_efficiency: float     # achievable fraction of peak memory bandwidth
     interconnect_bandwidth: float   # bytes/s per device for all-reduce (NVLink); used only when tp > 1
     iteration_overhead_s: float     # fixed cost of every iteration (scheduling, launches), every engine alike
+    # Paged decode attention reads each block at this many context tokens' cost on top of its tokens
+    # (address translation, a load per block): the paged kernel's penalty, larger for small blocks.
+    paged_block_cost_tokens: float = 0.0
+    # A fitted preset (python -m engines.sim.fit): linear iteration-time terms measured on one model,
+    # which replace the roofline; None for a datasheet preset.
+    fitted: dict | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -34,9 +40,12 @@ class HardwareSpec:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ValueError(f"hardware.{key} must be in (0, 1], got {value!r}")
-        value = self.iteration_overhead_s
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"hardware.iteration_overhead_s must be >= 0, got {value!r}")
+        for key in ("iteration_overhead_s", "paged_block_cost_tokens"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ValueError(f"hardware.{key} must be >= 0, got {value!r}")
+        if self.fitted is not None and not isinstance(self.fitted, dict):
+            raise ValueError(f"hardware.fitted must be a mapping of fitted terms, got {self.fitted!r}")
 
     @classmethod
     def from_dict(cls, d) -> "HardwareSpec":

@@ -14,7 +14,7 @@ import pytest
 from engines.kv.budget import kv_budget
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.sim.cost_model import CostModel
+from engines.sim.cost_model import build_cost_model
 from engines.loop import run_engine
 from engines.specs.presets import load_hardware, load_model
 from engines.sim.executor import SimExecutor
@@ -32,13 +32,14 @@ def setting():
     limits = SchedulerLimits(max_seq_len=model.max_seq_len)
     budget = kv_budget(model, hardware, 0.9, limits.max_num_batched_tokens, limits.max_num_seqs)
     requests = build_workload(WorkloadConfig(name="sharegpt", num_requests=1000))
-    return requests, limits, budget.num_slots, CostModel(model, hardware)
+    return requests, limits, budget.num_slots, (model, hardware)
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: EngineConfig(**e).label)
 def test_sim_speed_1000_sharegpt_requests(benchmark, setting, engine):
-    requests, limits, slots, cost_model = setting
+    requests, limits, slots, (model, hardware) = setting
     config = EngineConfig(**engine)
+    cost_model = build_cost_model(model, hardware, config.block_size if config.name == "paged" else None)
 
     def serve():
         return run_engine(requests, build_scheduler(config, limits, slots), SimExecutor(cost_model), progress=False)
@@ -51,7 +52,8 @@ def test_sim_speed_1000_sharegpt_requests(benchmark, setting, engine):
 
 def test_sim_speed_one_hour_sharegpt_at_paged_capacity(benchmark, setting):
     """Build the trace, serve it, tabulate and summarise it: one run of a capacity search."""
-    _, limits, slots, cost_model = setting
+    _, limits, slots, (model, hardware) = setting
+    cost_model = build_cost_model(model, hardware, 16)
     workload = WorkloadConfig(name="sharegpt", arrival="poisson", request_rate=5.0, duration_s=3600.0)
 
     def one_run():

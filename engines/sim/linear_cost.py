@@ -1,0 +1,67 @@
+"""The fitted cost model: iteration time as a sum of linear terms measured on the real backend.
+
+    t = overhead + per_row * rows + per_token * tokens + prefill_pair * sum(L * (L + 1))
+        + contiguous_ctx * context tokens                        (contiguous layout)
+        + paged_ctx * context tokens + paged_block * blocks read (paged layout, by block size)
+
+The coefficients come from a hardware preset's `fitted` block, written by
+`python -m engines.sim.fit` from a profile of one model on one device; they
+hold for that model only, so another model is refused. Like the roofline it
+sees only the batch's shape and the KV layout, the same for every engine.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from engines.sim.cost_model import blocks_read
+from engines.specs.hardware import HardwareSpec
+from engines.specs.model import ModelSpec
+
+TERMS = ("overhead_s", "per_row_s", "per_token_s", "prefill_pair_s", "contiguous_ctx_s", "paged_ctx_s",
+         "paged_block_s")
+
+
+class LinearCostModel:
+    __slots__ = ("model", "hw", "block_size", "c")
+
+    def __init__(self, model: ModelSpec, hw: HardwareSpec, block_size: int | None = None):
+        fitted = hw.fitted or {}
+        missing = [t for t in TERMS if t not in fitted]
+        if missing:
+            raise ValueError(f"hardware preset {hw.name!r}: fitted block lacks {missing}")
+        bad = [t for t in TERMS if not isinstance(fitted[t], (int, float)) or fitted[t] < 0]
+        if bad:
+            raise ValueError(f"hardware preset {hw.name!r}: fitted terms must be numbers >= 0: {bad}")
+        if fitted.get("model") not in (None, model.name):
+            raise ValueError(f"hardware preset {hw.name!r} was fitted for model {fitted['model']!r}, not "
+                             f"{model.name!r}: profile and fit that model (python -m engines.real.profile, "
+                             f"python -m engines.sim.fit)")
+        self.model, self.hw, self.block_size = model, hw, block_size
+        self.c = {t: float(fitted[t]) for t in TERMS}
+
+    def iteration_time(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int]) -> float:
+        rows = len(prefill_lens) + len(decode_context_lens)
+        if rows == 0:
+            raise ValueError("iteration_time of an empty batch: an idle engine should advance "
+                             "its clock to the next arrival instead")
+        return sum(self.breakdown(prefill_lens, decode_context_lens).values())
+
+    def breakdown(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int]) -> dict[str, float]:
+        c = self.c
+        tokens = sum(prefill_lens) + len(decode_context_lens)
+        ctx = sum(decode_context_lens)
+        if self.block_size:
+            decode = c["paged_ctx_s"] * ctx + c["paged_block_s"] * blocks_read(decode_context_lens, self.block_size)
+        else:
+            decode = c["contiguous_ctx_s"] * ctx
+        return {
+            "overhead": c["overhead_s"],
+            "rows": c["per_row_s"] * (len(prefill_lens) + len(decode_context_lens)),
+            "tokens": c["per_token_s"] * tokens,
+            "attention_prefill": c["prefill_pair_s"] * sum(n * (n + 1) for n in prefill_lens),
+            "attention_decode": decode,
+        }
+
+    def describe(self) -> str:
+        return (f"fitted cost model: {self.model.name} on {self.hw.name} "
+                f"({(self.hw.fitted or {}).get('source', {}).get('profile', 'no profile named')})")

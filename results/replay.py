@@ -1,0 +1,125 @@
+"""Validate the sim against the real backend: one trace through both, per engine, and the sim's error.
+
+    python -m workloads.write_trace results/traces/sharegpt_100_seed1.jsonl sharegpt num_requests=100 seed=1
+    python -m results.replay results/traces/sharegpt_100_seed1.jsonl --hardware cpu-tiny
+
+For each engine, the trace runs first on the real backend (`backend=real`),
+then on the sim (`backend=sim hardware=HARDWARE`) with the real run's KV
+budget in slots, so both serve the same memory. An offline trace (every
+request at t = 0) is scheduled the same way whatever the clock, so the two
+runs execute the same iterations in the same order; the replay checks that,
+then compares each iteration's time (MAPE) and the run's makespan,
+throughput, mean batch size, TTFT and TPOT, as sim vs real and % error.
+Runs go to OUT/ENGINE/{real,sim}. A finished real run is reused (`--rerun`
+runs it again); the sim always runs again, so a refitted preset is
+validated against the same real runs.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+
+from results.store import atomic_write
+
+ROOT = Path(__file__).resolve().parent.parent
+SHAPE = ("prefill_seqs", "prefill_tokens", "decode_seqs", "decode_rows")
+METRICS = (("makespan_s", "makespan (s)"), ("output_tokens_per_s", "output tok/s"),
+           ("mean_batch_size", "mean decode batch"), ("ttft_s_mean", "TTFT mean (s)"),
+           ("tpot_s_mean", "TPOT mean (s)"))
+
+
+def run(overrides: list[str], run_dir: Path, rerun: bool) -> dict:
+    """One `python run.py` with `overrides` into `run_dir`; its summary."""
+    args = [sys.executable, str(ROOT / "run.py"), *overrides, f"hydra.run.dir={run_dir}", "progress=false",
+            f"rerun={str(rerun).lower()}"]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0 or not (run_dir / "summary.json").is_file():
+        raise RuntimeError(f"`{' '.join(args[1:])}` failed:\n{(done.stderr or done.stdout)[-2000:]}")
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def compare(real_dir: Path, sim_dir: Path, real: dict, sim: dict) -> dict:
+    """Per-iteration MAPE (the two runs must have executed the same iterations) and the run-level errors."""
+    a, b = pd.read_parquet(real_dir / "iterations.parquet"), pd.read_parquet(sim_dir / "iterations.parquet")
+    same = len(a) == len(b) and all((a[c].to_numpy() == b[c].to_numpy()).all() for c in SHAPE)
+    row = {"iterations": len(a), "same_schedule": same}
+    if same:
+        err = (b["duration_s"].to_numpy() - a["duration_s"].to_numpy()) / a["duration_s"].to_numpy()
+        row["iteration_mape_pct"] = 100 * float(np.mean(np.abs(err)))
+        decode = (a["decode_seqs"] > 0).to_numpy()
+        row["decode_iteration_mape_pct"] = 100 * float(np.mean(np.abs(err[decode]))) if decode.any() else np.nan
+        row["prefill_iteration_mape_pct"] = 100 * float(np.mean(np.abs(err[~decode]))) if (~decode).any() else np.nan
+    else:
+        row["iteration_mape_pct"] = np.nan
+    for key, _ in METRICS:
+        row[f"real_{key}"], row[f"sim_{key}"] = real[key], sim[key]
+        row[f"{key}_error_pct"] = 100 * (sim[key] - real[key]) / real[key] if real[key] else np.nan
+    return row
+
+
+def replay(trace: Path, hardware: str, model: str, engines: list[str], out: Path, extra: list[str],
+           rerun: bool = False) -> pd.DataFrame:
+    rows = []
+    common = [f"model={model}", "workload=trace", f"workload.path={trace.resolve()}", *extra]
+    for engine in engines:
+        real_dir, sim_dir = out / engine / "real", out / engine / "sim"
+        real = run(["backend=real", f"engine={engine}", *common], real_dir, rerun)
+        sim = run(["backend=sim", f"hardware={hardware}", f"engine={engine}",
+                   f"backend.kv_budget_slots={real['kv_budget_slots']}", *common], sim_dir, rerun=True)
+        rows.append({"engine": real["engine"], "kv_budget_slots": real["kv_budget_slots"],
+                     "load_avg_1m_start": real.get("load_avg_1m_start"),
+                     **compare(real_dir, sim_dir, real, sim)})
+        print(f"{real['engine']}: iteration MAPE {rows[-1]['iteration_mape_pct']:.1f}%, throughput "
+              f"{rows[-1]['output_tokens_per_s_error_pct']:+.1f}%", file=sys.stderr, flush=True)
+    table = pd.DataFrame(rows)
+    atomic_write(out / "replay.csv", lambda tmp: table.to_csv(tmp, index=False))
+    return table
+
+
+def format_table(table: pd.DataFrame) -> str:
+    lines = ["| engine | per-iteration MAPE | " + " | ".join(f"{label}: sim / real (error)" for _, label in METRICS)
+             + " |", "|---|---|" + "---|" * len(METRICS)]
+    for r in table.to_dict("records"):
+        cells = [r["engine"], "n/a (schedules differ)" if not r["same_schedule"] else
+                 f"{r['iteration_mape_pct']:.1f}% (prefill {r['prefill_iteration_mape_pct']:.1f}%, "
+                 f"decode {r['decode_iteration_mape_pct']:.1f}%)"]
+        for key, _ in METRICS:
+            cells.append(f"{r[f'sim_{key}']:.4g} / {r[f'real_{key}']:.4g} ({r[f'{key}_error_pct']:+.1f}%)")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.replay", description=__doc__.splitlines()[0])
+    parser.add_argument("trace", type=Path, help="an offline trace file (python -m workloads.write_trace)")
+    parser.add_argument("--hardware", required=True, help="the sim's hardware preset, e.g. a fitted one")
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--engines", default="static,orca_max,paged")
+    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "replay")
+    parser.add_argument("--rerun", action="store_true", help="run the real backend again even where its run "
+                        "folder is finished")
+    parser.add_argument("overrides", nargs="*", help="more key=value overrides for both backends (keys both "
+                        "have, e.g. limits.max_num_seqs=8)")
+    args = parser.parse_intermixed_args(argv)
+    if not args.trace.is_file():
+        print(f"error: {args.trace}: no such trace file", file=sys.stderr)
+        return 2
+    try:
+        table = replay(args.trace, args.hardware, args.model, args.engines.split(","), args.out, args.overrides,
+                       args.rerun)
+    except RuntimeError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(format_table(table))
+    print(f"\n{args.out / 'replay.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The cost model's fit: NNLS, recovery of known coefficients from a synthetic profile, the preset it
+writes, the fitted model in the sim, and the paged-kernel penalty of the datasheet presets."""
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from engines.sim.cost_model import CostModel, blocks_read, build_cost_model
+from engines.sim.fit import FEATURES, design_matrix, fit, nnls, write_preset
+from engines.sim.linear_cost import LinearCostModel
+from engines.specs.hardware import HardwareSpec
+from engines.specs.presets import CONF_DIR, load_hardware, load_model
+
+TRUE = {"overhead_s": 3e-3, "per_row_s": 2e-4, "per_token_s": 5e-5, "prefill_pair_s": 1e-8,
+        "contiguous_ctx_s": 4e-7, "paged_ctx_s": 5e-7, "paged_block_s": 2e-6}
+
+
+def synthetic_profile(noise=0.0, seed=0):
+    """Profile rows as engines.real.profile writes them, timed by the TRUE linear model."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for n in (1, 2, 4, 8):
+        for new in (16, 64, 256):
+            rows.append(dict(kind="prefill", layout="contiguous", block_size=0, rows=n, tokens=n * new,
+                             prefill_pairs=n * new * (new + 1), decode_ctx=0, decode_blocks=0))
+    for layout, bs in (("contiguous", 0), ("paged", 1), ("paged", 16), ("paged", 256)):
+        for batch in (1, 4, 16, 32):
+            for ctx in (64, 256, 1000):
+                blocks = batch * -(-ctx // bs) if bs else 0
+                rows.append(dict(kind="decode", layout=layout, block_size=bs, rows=batch, tokens=batch,
+                                 prefill_pairs=0, decode_ctx=batch * ctx, decode_blocks=blocks))
+    df = pd.DataFrame(rows)
+    t = design_matrix(df) @ np.array([TRUE[k] for k in FEATURES])
+    df["time_s"] = t * (1 + noise * rng.standard_normal(len(t)))
+    return df
+
+
+def test_nnls_matches_least_squares_when_unconstrained_and_clips_otherwise():
+    rng = np.random.default_rng(1)
+    a = rng.random((40, 4))
+    x = np.array([1.0, 2.0, 0.5, 3.0])
+    assert nnls(a, a @ x) == pytest.approx(x, rel=1e-8)
+    b = a @ np.array([1.0, -2.0, 0.5, 3.0])                 # the best fit wants a negative coefficient
+    got = nnls(a, b)
+    assert (got >= 0).all() and got[1] == 0
+
+
+def test_fit_recovers_known_coefficients():
+    coef, residuals = fit(synthetic_profile())
+    for key, value in TRUE.items():
+        assert coef[key] == pytest.approx(value, rel=1e-6), key
+    assert residuals["mape"] < 1e-9 and residuals["rows"] == 60
+
+
+def test_fit_is_close_under_measurement_noise():
+    coef, residuals = fit(synthetic_profile(noise=0.03))
+    for key in ("overhead_s", "per_token_s", "contiguous_ctx_s", "paged_ctx_s"):
+        assert coef[key] == pytest.approx(TRUE[key], rel=0.15), key
+    assert residuals["mape"] < 0.05
+
+
+def test_written_preset_loads_and_times_like_the_fitted_model(tmp_path):
+    (tmp_path / "hardware").mkdir()
+    (tmp_path / "hardware" / "cpu.yaml").write_text((CONF_DIR / "hardware" / "cpu.yaml").read_text())
+    coef, residuals = fit(synthetic_profile())
+    env = {"model": "tiny", "dtype": "float32", "device": "cpu", "date": "2026-11-30"}
+    out = write_preset(coef, residuals, env, tmp_path / "p.parquet", "cpu", "cpu-test", conf_dir=tmp_path)
+    preset = yaml.safe_load(out.read_text())
+    hw = HardwareSpec.from_dict(preset)
+    assert hw.fitted["source"]["profile"].endswith("p.parquet") and hw.fitted["source"]["residuals"]["rows"] == 60
+    tiny = load_model("tiny")
+    paged, contiguous = build_cost_model(tiny, hw, 16), build_cost_model(tiny, hw)
+    assert isinstance(paged, LinearCostModel)
+    expected = (TRUE["overhead_s"] + 3 * TRUE["per_row_s"] + 3 * TRUE["per_token_s"]
+                + TRUE["paged_ctx_s"] * 90 + TRUE["paged_block_s"] * (1 + 3 + 3))
+    assert paged.iteration_time([], [10, 33, 47]) == pytest.approx(expected, rel=1e-5)
+    assert contiguous.iteration_time([], [10, 33, 47]) < paged.iteration_time([], [10, 33, 47])
+    with pytest.raises(ValueError, match="fitted for model 'tiny', not 'opt-13b'"):
+        build_cost_model(load_model("opt-13b"), hw)
+
+
+def test_datasheet_presets_charge_the_papers_paged_kernel_penalty():
+    model, hw = load_model("opt-13b"), load_hardware("a100-40gb")
+    contiguous, paged16 = CostModel(model, hw), CostModel(model, hw, 16)
+    batch = [64 * 4] * 32                                   # whole blocks: 32 rows of 256 tokens
+    extra = paged16.breakdown([], batch)["attention_decode"] / contiguous.breakdown([], batch)["attention_decode"]
+    assert extra == pytest.approx(1 + 3.68 / 16, rel=0.02)  # Figure 18a: 20-26% slower at block size 16
+    times = [CostModel(model, hw, bs).iteration_time([], batch) for bs in (1, 4, 16, 64, 256)]
+    assert times == sorted(times, reverse=True)             # smaller blocks cost more
+    assert times[-1] == pytest.approx(contiguous.iteration_time([], batch), rel=0.01)
+    assert blocks_read([1, 16, 17, 33], 16) == 1 + 1 + 2 + 3
+    no_penalty = dataclasses.replace(hw, paged_block_cost_tokens=0.0)
+    assert CostModel(model, no_penalty, 16).iteration_time([], batch) == contiguous.iteration_time([], batch)
