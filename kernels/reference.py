@@ -48,6 +48,7 @@ def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, 
                            context_lens: torch.Tensor,  # [num_seqs] int32, >= 1
                            scale: float,
                            num_splits: int = 1,          # split-K partitions (a Triton tuning knob; ignored here)
+                           num_stages: int | None = None,  # load pipelining stages (Triton only; ignored here)
                            ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context, read through its block table."""
     block_size = k_cache.shape[1]
@@ -76,6 +77,7 @@ def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_he
                                 context_lens: torch.Tensor,  # [num_seqs] int32, >= 1
                                 scale: float,
                                 num_splits: int = 1,          # split-K partitions (ignored here)
+                                num_stages: int | None = None,  # load pipelining stages (ignored here)
                                 ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context at (start, length) in the arena."""
     out = torch.empty_like(query)

@@ -163,7 +163,8 @@ def _num_sms(device: torch.device) -> int:
     return 8   # the interpreter has no SMs; any small number exercises the split path
 
 
-def _launch(query, k_cache, v_cache, block_tables, seq_starts, context_lens, scale, num_splits, paged):
+def _launch(query, k_cache, v_cache, block_tables, seq_starts, context_lens, scale, num_splits, paged,
+            num_stages=None):
     num_seqs, num_heads, head_dim = query.shape
     num_kv_heads = k_cache.shape[-2]
     check_float("query", query)
@@ -221,6 +222,8 @@ def _launch(query, k_cache, v_cache, block_tables, seq_starts, context_lens, sca
         PAGED=paged, SPLIT=num_splits > 1,
         DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
         num_warps=4,
+        # Software pipelining of the K/V loads (Triton's num_stages); None keeps Triton's default.
+        **({} if num_stages is None else {"num_stages": num_stages}),
     )
     if num_splits > 1:
         _combine_splits_kernel[(num_seqs, num_heads)](
@@ -237,13 +240,15 @@ def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, 
                            context_lens: torch.Tensor,  # [num_seqs] int32, >= 1
                            scale: float,
                            num_splits: int = 1,          # split-K partitions; 0 = choose_num_splits
+                           num_stages: int | None = None,  # load pipelining stages; None = Triton's default
                            ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context, read through its block table.
 
     block_tables must hold ceil(context_len / block_size) valid blocks per sequence; entries past
     that are never read. Not checked here: that would need a host sync.
     """
-    return _launch(query, k_cache, v_cache, block_tables, None, context_lens, scale, num_splits, paged=True)
+    return _launch(query, k_cache, v_cache, block_tables, None, context_lens, scale, num_splits, paged=True,
+                   num_stages=num_stages)
 
 
 def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, head_dim]
@@ -253,6 +258,8 @@ def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_he
                                 context_lens: torch.Tensor,  # [num_seqs] int32, >= 1
                                 scale: float,
                                 num_splits: int = 1,          # split-K partitions; 0 = choose_num_splits
+                                num_stages: int | None = None,  # load pipelining stages; None = Triton's default
                                 ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context at (start, length) in the arena."""
-    return _launch(query, k_cache, v_cache, None, seq_starts, context_lens, scale, num_splits, paged=False)
+    return _launch(query, k_cache, v_cache, None, seq_starts, context_lens, scale, num_splits, paged=False,
+                   num_stages=num_stages)

@@ -64,12 +64,12 @@ def compare(real_dir: Path, sim_dir: Path, real: dict, sim: dict) -> dict:
 
 
 def replay(trace: Path, hardware: str, model: str, engines: list[str], out: Path, extra: list[str],
-           rerun: bool = False) -> pd.DataFrame:
+           rerun: bool = False, real_extra: tuple[str, ...] = ()) -> pd.DataFrame:
     rows = []
     common = [f"model={model}", "workload=trace", f"workload.path={trace.resolve()}", *extra]
     for engine in engines:
         real_dir, sim_dir = out / engine / "real", out / engine / "sim"
-        real = run(["backend=real", f"engine={engine}", *common], real_dir, rerun)
+        real = run(["backend=real", f"engine={engine}", *common, *real_extra], real_dir, rerun)
         sim = run(["backend=sim", f"hardware={hardware}", f"engine={engine}",
                    f"backend.kv_budget_slots={real['kv_budget_slots']}", *common], sim_dir, rerun=True)
         rows.append({"engine": real["engine"], "kv_budget_slots": real["kv_budget_slots"],
@@ -102,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--engines", default="static,orca_max,paged")
     parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "replay")
+    parser.add_argument("--real", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override for the real runs only, e.g. backend.kv_budget_mib=2400 (repeatable)")
     parser.add_argument("--rerun", action="store_true", help="run the real backend again even where its run "
                         "folder is finished")
     parser.add_argument("overrides", nargs="*", help="more key=value overrides for both backends (keys both "
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         table = replay(args.trace, args.hardware, args.model, args.engines.split(","), args.out, args.overrides,
-                       args.rerun)
+                       args.rerun, tuple(args.real))
     except RuntimeError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -99,3 +99,16 @@ def test_empty_batch_returns_an_empty_output(triton_decode, device):
     out = triton_decode.paged_decode_attention(x.query[:0], k_cache, v_cache, block_tables[:0], x.context_lens[:0],
                                                x.scale)
     assert out.shape == (0, 4, 64)
+
+
+@pytest.mark.parametrize("num_stages", [1, 2, 4])
+def test_pipelining_stages_change_speed_not_results(triton_decode, device, num_stages):
+    """num_stages (Triton's load pipelining) is a tuning knob of both kernels and of the references' signature."""
+    x = decode_inputs(2, 300, 4, 2, 64, torch.float32, device)
+    paged, arena = paged_cache(x, 16), arena_cache(x)
+    want = reference.paged_decode_attention(x.query, *paged, x.context_lens, x.scale, num_stages=num_stages)
+    got_paged = triton_decode.paged_decode_attention(x.query, *paged, x.context_lens, x.scale, num_stages=num_stages)
+    got_contiguous = triton_decode.contiguous_decode_attention(x.query, *arena, x.context_lens, x.scale,
+                                                               num_stages=num_stages)
+    torch.testing.assert_close(got_paged, want, **TOLERANCE[torch.float32])
+    torch.testing.assert_close(got_contiguous, want, **TOLERANCE[torch.float32])
