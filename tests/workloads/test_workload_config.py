@@ -25,8 +25,8 @@ def test_label_marks_synthetic_alpaca():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"name": "wmt"}, r"one of \['sharegpt', 'alpaca', 'synthetic'\]"),
-        ({"name": "sharegpt", "arrival": "bursty"}, r"one of \['offline', 'poisson', 'gamma'\]"),
+        ({"name": "wmt"}, r"one of \['sharegpt', 'alpaca', 'synthetic', 'trace'\]"),
+        ({"name": "sharegpt", "arrival": "bursty"}, r"one of \['offline', 'poisson', 'gamma', 'trace'\]"),
         ({"name": "sharegpt", "num_requests": 0}, "num_requests must be >= 1"),
         ({"name": "sharegpt", "num_requests": -5}, "num_requests must be >= 1"),
         ({"name": "sharegpt", "num_requests": 2.5}, "num_requests must be an integer"),
