@@ -208,20 +208,20 @@ def _blocks(table: pd.DataFrame) -> pd.DataFrame:
     return table.assign(block_size=[("-" if pd.isna(b) else str(int(b))) for b in table["block_size"]])
 
 
-def format_capacity(capacity: pd.DataFrame) -> str:
-    table = _blocks(capacity_summary(capacity))
-    cells = [f"{m:.3g} ({lo:.3g}-{hi:.3g}){'' if ex else ' *'}"
+def _format_spread(table: pd.DataFrame, spec: str, column: str) -> str:
+    """`table` (mean, min, max, exact per row) as text, the spread in one cell: "4.56 (4.5-4.62)", "*" if a bound."""
+    table = _blocks(table)
+    cells = [f"{spec.format(m)} ({spec.format(lo)}-{spec.format(hi)}){'' if ex else ' *'}"
              for m, lo, hi, ex in zip(table["mean"], table["min"], table["max"], table["exact"])]
-    show = table.drop(columns=["mean", "min", "max", "exact"]).assign(**{"req/s mean (min-max)": cells})
-    return show.to_string(index=False)
+    return table.drop(columns=["mean", "min", "max", "exact"]).assign(**{column: cells}).to_string(index=False)
+
+
+def format_capacity(capacity: pd.DataFrame) -> str:
+    return _format_spread(capacity_summary(capacity), "{:.3g}", "req/s mean (min-max)")
 
 
 def format_ratios(ratios: pd.DataFrame) -> str:
-    table = _blocks(ratio_summary(ratios))
-    cells = [f"{m:.2f}x ({lo:.2f}-{hi:.2f}){'' if ex else ' *'}"
-             for m, lo, hi, ex in zip(table["mean"], table["min"], table["max"], table["exact"])]
-    show = table.drop(columns=["mean", "min", "max", "exact"]).assign(**{"paged / baseline": cells})
-    return show.to_string(index=False)
+    return _format_spread(ratio_summary(ratios), "{:.2f}x", "paged / baseline")
 
 
 def write_tables(capacity: pd.DataFrame, sweep_dir: Path) -> list[Path]:
