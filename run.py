@@ -18,7 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 from engines.kv.budget import kv_budget
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.sim.cost_model import build_cost_model
+from engines.sim.build import build_cost_model
 from engines.specs.hardware import HardwareSpec
 from engines.loop import run_engine
 from engines.specs.model import ModelSpec

@@ -1,6 +1,6 @@
 """The simulated backend: each iteration takes as long as a cost model of the model and hardware presets
 says, on a virtual clock (`executor`). The cost model is a roofline (`cost_model`), or the linear terms
-fitted to a real-backend profile (`linear_cost`, fitted by `fit`); `build_cost_model` picks one. It sees
+fitted to a real-backend profile (`linear_cost`, fitted by `fit`); `build.build_cost_model` picks one. It sees
 only the batch's shape and the KV layout, the same function for every engine. May import `engines.batch`
 and `engines.specs`; never `real/`, the schedulers or torch.
 """

@@ -36,7 +36,7 @@ row per sequence:
 
 A fitted preset (hw.fitted, written by `python -m engines.sim.fit`) replaces
 the roofline with the linear terms measured on one model (`LinearCostModel`);
-`build_cost_model` picks the one the preset asks for.
+`engines.sim.build.build_cost_model` picks the one the preset asks for.
 
 An empty batch raises ValueError: an engine with nothing to run should move
 its clock to the next arrival, not run a free iteration.
@@ -47,15 +47,6 @@ from collections.abc import Sequence
 
 from engines.specs.hardware import HardwareSpec
 from engines.specs.model import ModelSpec
-
-
-def build_cost_model(model: ModelSpec, hw: HardwareSpec, block_size: int | None = None):
-    """The roofline, or the fitted linear model when the preset has one; `block_size` None = contiguous."""
-    if hw.fitted is not None:
-        from engines.sim.linear_cost import LinearCostModel
-
-        return LinearCostModel(model, hw, block_size)
-    return CostModel(model, hw, block_size)
 
 
 def blocks_read(decode_context_lens: Sequence[int], block_size: int) -> int:

@@ -14,7 +14,7 @@ import pytest
 from engines.kv.budget import kv_budget
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.sim.cost_model import build_cost_model
+from engines.sim.build import build_cost_model
 from engines.loop import run_engine
 from engines.specs.presets import load_hardware, load_model
 from engines.sim.executor import SimExecutor

@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from engines.sim.cost_model import CostModel, blocks_read, build_cost_model
+from engines.sim.build import build_cost_model
+from engines.sim.cost_model import CostModel, blocks_read
 from engines.sim.fit import FEATURES, design_matrix, fit, nnls, write_preset
 from engines.sim.linear_cost import LinearCostModel
 from engines.specs.hardware import HardwareSpec
