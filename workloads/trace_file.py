@@ -21,7 +21,6 @@ real backend too.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 from pathlib import Path

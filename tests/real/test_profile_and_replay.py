@@ -1,6 +1,5 @@
 """The calibration loop end to end on this CPU: profile the real backend, fit a preset, replay a trace."""
 import json
-from pathlib import Path
 import shutil
 
 import pandas as pd
