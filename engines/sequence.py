@@ -48,20 +48,13 @@ class Sequence:
 
     def record_token(self, now: float) -> bool:
         """One new output token, produced by the iteration that ended at `now`; True if that was the last."""
-        self.generated += 1
-        if self.first_token_s is None:
-            self.first_token_s = now
-        if self.generated >= self.output_len:
-            self.finish_s = now
-            return True
-        return False
+        return bool(record_tokens([self], now))
 
 
 def record_tokens(seqs: list[Sequence], now: float) -> list[Sequence]:
-    """`record_token` for each of `seqs` (one iteration's advancing sequences); those that finished.
-
-    The loop's hottest line, so the method's body is repeated here without a call per sequence.
-    """
+    """One new output token for each of `seqs` (one iteration's advancing sequences), produced by the
+    iteration that ended at `now`; the sequences it finished. The loop's hottest line: one call per
+    iteration, not one per sequence."""
     finished = []
     for seq in seqs:
         seq.generated += 1

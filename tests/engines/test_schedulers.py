@@ -150,16 +150,14 @@ def test_static_decode_rows_attend_over_true_lengths_within_their_regions():
     assert max(ctx for seq, ctx in contexts if seq.id == 0) == 5 + 12 - 1
 
 
-def test_record_tokens_is_record_token_for_each():
+def test_record_tokens_sets_first_token_and_finish_times():
     from engines.sequence import Sequence, record_tokens
-    one = [Sequence(make_request(i, 3, 1 + i % 3)) for i in range(6)]
-    many = [Sequence(make_request(i, 3, 1 + i % 3)) for i in range(6)]
-    for now in (1.0, 2.0, 3.0):
-        expected = [s for s in one if not s.done and s.record_token(now)]
-        got = record_tokens([s for s in many if not s.done], now)
-        assert [s.id for s in got] == [s.id for s in expected]
-    assert [(s.generated, s.first_token_s, s.finish_s) for s in one] == \
-        [(s.generated, s.first_token_s, s.finish_s) for s in many]
+    seqs = [Sequence(make_request(i, 3, 1 + i)) for i in range(3)]   # 1, 2 and 3 output tokens
+    finished = [[s.id for s in record_tokens([s for s in seqs if not s.done], now)] for now in (1.0, 2.0, 3.0)]
+    assert finished == [[0], [1], [2]]
+    assert [(s.generated, s.first_token_s, s.finish_s) for s in seqs] == [(1, 1.0, 1.0), (2, 1.0, 2.0),
+                                                                         (3, 1.0, 3.0)]
+    assert Sequence(make_request(9, 3, 2)).record_token(5.0) is False
 
 
 def test_stopping_at_the_last_arrival_leaves_the_overload_unfinished():
