@@ -22,7 +22,9 @@ from engines.sim.build import build_cost_model
 from engines.specs.hardware import HardwareSpec
 from engines.loop import run_engine
 from engines.specs.model import ModelSpec
+from engines.sim.beam_model import BeamModel
 from engines.sim.executor import SimExecutor
+from engines.sim.transfer import TransferModel
 from results.store import SUMMARY, is_complete, read_summary, save_run, write_json
 from results.sweep_callback import register_resolvers
 from results.summary import SLO, summarize
@@ -80,9 +82,12 @@ def build_sim(cfg: DictConfig, model: ModelSpec, engine: EngineConfig, limits: S
         slots = budget.num_slots
         info = {"hardware": hardware.name, "tp": model.tp, "kv_budget_bytes": budget.kv_bytes,
                 "kv_budget_slots": slots}
-    scheduler = build_scheduler(engine, limits, slots)
-    cost_model = build_cost_model(model, hardware, engine.block_size if engine.name == "paged" else None)
-    return scheduler, SimExecutor(cost_model), info, hardware.name
+    scheduler = build_scheduler(engine, limits, slots, model.kv_bytes_per_token // model.tp)
+    block_size = engine.block_size if engine.name == "paged" else None
+    cost_model = build_cost_model(model, hardware, block_size)
+    beams = BeamModel(cfg.backend.get("beam_parent_decay", 1.0), cfg.backend.get("seed", 0))
+    executor = SimExecutor(cost_model, TransferModel(model, hardware, block_size), beams)
+    return scheduler, executor, info, hardware.name
 
 
 def build_real_backend(cfg: DictConfig, model: ModelSpec, engine: EngineConfig, limits: SchedulerLimits):
@@ -118,6 +123,12 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     measure = plain(cfg.measure)
     slo = SLO(**measure.get("slo", {}))
     requests = build_workload(workload)
+    width = max((max(r.n, r.beam_width) for r in requests), default=1)
+    engine.check_width(width)
+    if (cfg.backend.name == "real" and cfg.backend.get("temperature", 0) <= 0
+            and any(r.n > 1 for r in requests)):
+        raise ValueError("parallel sampling (workload.n > 1) on the real backend needs backend.temperature > 0: "
+                         "greedy samples of one prompt would all be the same")
     stats = trace_stats(requests)
     log.info("%s", format_stats(stats, workload.label))
     build = build_sim if cfg.backend.name == "sim" else build_real_backend

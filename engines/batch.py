@@ -10,21 +10,38 @@ from engines.sequence import Sequence
 class Batch:
     """One iteration.
 
-    `prefill` sequences process `prefill_lens` new tokens each (their prompt,
+    `prefill` groups process `prefill_lens` new tokens each (their prompt,
     plus earlier output after a recompute; padded for the static engine) and
-    produce their first token. `decode` sequences produce one token each.
-    `decode_context_lens` has one entry per row the executor computes: the
-    context that row's query attends over: the `decode` rows, then the
-    `padding` rows of finished requests that stay in the batch (static
-    batching), which cost compute but produce nothing.
+    produce their first token on every row. The first `prefill_cached` of
+    those tokens are already in the cache (a shared prefix): only the rest is
+    computed, attending over the cached ones. `decode` groups produce one
+    token per row. `decode_context_lens` has one entry per row the executor
+    computes: each decode group's `width` rows, then the `padding` rows of
+    finished requests that stay in the batch (static batching), which cost
+    compute but produce nothing.
+
+    Before the forward pass the executor moves KV data the KV manager asked
+    for: `block_copies` (paged copy-on-write, source -> destination block),
+    `region_copies` (contiguous engines handing a beam's history to another
+    row: source start, destination start, tokens), `swap_out` (device block
+    -> host block) and `swap_in` (host block -> device block). `copy_tokens`
+    counts the token slots the two copy lists move, for the cost model.
     """
 
     prefill: list[Sequence] = field(default_factory=list)
     prefill_lens: list[int] = field(default_factory=list)
+    prefill_cached: list[int] = field(default_factory=list)   # per prefill group; empty means none cached
     decode: list[Sequence] = field(default_factory=list)
     decode_context_lens: list[int] = field(default_factory=list)
     padding: list[Sequence] = field(default_factory=list)   # finished requests computed as padding rows
     preempted: int = 0
+    swapped_out: int = 0          # of the preempted groups, those swapped out (the rest are recomputed)
+    swapped_in: int = 0
+    block_copies: list[tuple[int, int]] = field(default_factory=list)
+    region_copies: list[tuple[int, int, int]] = field(default_factory=list)
+    copy_tokens: int = 0
+    swap_out: list[tuple[int, int]] = field(default_factory=list)
+    swap_in: list[tuple[int, int]] = field(default_factory=list)
 
     @property
     def is_prefill(self) -> bool:
@@ -32,13 +49,25 @@ class Batch:
 
     @property
     def num_seqs(self) -> int:
-        """Live sequences advancing this iteration (padding rows excluded)."""
+        """Live requests (sequence groups) advancing this iteration (padding rows excluded)."""
         return len(self.prefill) + len(self.decode)
 
     @property
+    def num_rows(self) -> int:
+        """Live sequences advancing: one per row of every advancing group; each stores one new token."""
+        return sum(s.width for s in self.prefill) + sum(s.width for s in self.decode)
+
+    @property
     def num_tokens(self) -> int:
-        """Tokens the executor computes: prefill tokens plus one per decode row."""
-        return sum(self.prefill_lens) + len(self.decode_context_lens)
+        """Tokens the executor computes: new prefill tokens plus one per decode row."""
+        return sum(self.prefill_lens) - sum(self.prefill_cached) + len(self.decode_context_lens)
+
+    @property
+    def computed_prefill_lens(self) -> list[int]:
+        """The prefill tokens each group actually computes (those past its cached prefix)."""
+        if not self.prefill_cached:
+            return self.prefill_lens
+        return [n - c for n, c in zip(self.prefill_lens, self.prefill_cached)]
 
     def advancing(self) -> list[Sequence]:
         return self.prefill + self.decode

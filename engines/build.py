@@ -9,8 +9,10 @@ from engines.scheduling.iteration import IterationScheduler
 from engines.scheduling.static import StaticScheduler
 
 
-def build_scheduler(engine: EngineConfig, limits: SchedulerLimits, capacity_slots: int):
-    """A scheduler over `capacity_slots` KV token slots: the same budget whichever engine it is."""
+def build_scheduler(engine: EngineConfig, limits: SchedulerLimits, capacity_slots: int, bytes_per_slot: int = 0):
+    """A scheduler over `capacity_slots` KV token slots: the same budget whichever engine it is.
+    `bytes_per_slot` (one token's K and V) sizes the paged engine's host pool from `engine.swap_space`;
+    0 leaves it without one."""
     if capacity_slots < 1:
         raise ValueError(f"the KV budget holds {capacity_slots} token slots; nothing can run")
     if engine.name == "static":
@@ -21,4 +23,5 @@ def build_scheduler(engine: EngineConfig, limits: SchedulerLimits, capacity_slot
         return IterationScheduler(kv, limits)
     if capacity_slots < engine.block_size:
         raise ValueError(f"the KV budget of {capacity_slots} slots holds no block of {engine.block_size}")
-    return IterationScheduler(PagedKV(capacity_slots, engine.block_size, engine.watermark), limits)
+    kv = PagedKV(capacity_slots, engine.block_size, engine.watermark, engine.cpu_blocks(bytes_per_slot))
+    return IterationScheduler(kv, limits, engine.preemption)

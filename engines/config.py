@@ -8,6 +8,7 @@ from engines.specs.mapping import build_from_mapping
 from engines.kv.reservation import Reservation
 
 ENGINES = ("static", "orca", "paged")
+PREEMPTION = ("auto", "recompute", "swap")
 
 
 @dataclass(slots=True)
@@ -17,6 +18,8 @@ class EngineConfig:
     allocator: str = "buddy"    # static and orca: buddy | first_fit
     block_size: int = 16        # paged
     watermark: float = 0.01     # paged: fraction of blocks admission leaves free (vLLM's default)
+    preemption: str = "auto"    # paged: recompute | swap | auto (vLLM: recompute one sequence, swap a group)
+    swap_space: float = 4.0     # paged: GiB of host memory for swapped blocks (vLLM's default), per device
 
     def __post_init__(self) -> None:
         if self.name not in ENGINES:
@@ -33,6 +36,25 @@ class EngineConfig:
             raise ValueError(f"engine.block_size must be a power of two from 1 to 1024, got {bs!r}")
         if not 0.0 <= self.watermark < 1.0:
             raise ValueError(f"engine.watermark must be in [0, 1), got {self.watermark!r}")
+        if self.preemption not in PREEMPTION:
+            raise ValueError(f"engine.preemption={self.preemption!r} is not one of {list(PREEMPTION)}")
+        if isinstance(self.swap_space, bool) or not isinstance(self.swap_space, (int, float)) \
+                or not self.swap_space >= 0:
+            raise ValueError(f"engine.swap_space must be >= 0 GiB, got {self.swap_space!r}")
+        if self.preemption == "swap" and self.swap_space == 0:
+            raise ValueError("engine.preemption=swap needs engine.swap_space > 0 GiB")
+
+    def cpu_blocks(self, bytes_per_slot: int) -> int:
+        """Blocks of the host pool: `swap_space` GiB over one block's K and V (paged only)."""
+        if self.name != "paged" or bytes_per_slot <= 0:
+            return 0
+        return int(self.swap_space * 2**30) // (self.block_size * bytes_per_slot)
+
+    def check_width(self, width: int) -> None:
+        """Refuse, before a run, a workload the preemption rule cannot serve."""
+        if self.name == "paged" and width > 1 and self.preemption == "recompute":
+            raise ValueError(f"engine.preemption=recompute cannot preempt a request of {width} sequences (vLLM "
+                             f"recomputes only single-sequence groups); use engine.preemption=auto or swap")
 
     @property
     def label(self) -> str:

@@ -13,6 +13,8 @@ from workloads.request import Request
 ITERATION_COLUMNS = (
     "start_s", "duration_s", "prefill_seqs", "prefill_tokens", "decode_seqs", "decode_rows",
     "batch_size", "num_held", "num_waiting", "preempted",
+    "batch_rows", "copy_tokens", "swapped_out", "swapped_in", "swap_blocks", "num_swapped",
+    "unshared_slots", "allocated_slots",
     "token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free",
 )
 PROGRESS_EVERY_S = 0.5
@@ -71,13 +73,17 @@ def run_engine(requests: list[Request], scheduler, executor, progress: bool | No
         duration = executor.execute(batch)
         end = executor.now()
         done_now = record_tokens(batch.advancing(), end)
-        tokens += batch.num_seqs
+        tokens += batch.num_rows
+        scheduler.after_iteration(batch)
         split = scheduler.memory_split()
+        unshared, allocated = scheduler.kv.usage()
         held = len(scheduler.held())
         finished = scheduler.release_finished(done_now)
         rows.append((start, duration, len(batch.prefill), sum(batch.prefill_lens), len(batch.decode),
                      len(batch.decode_context_lens), batch.num_seqs, held, len(scheduler.waiting),
-                     batch.preempted) + split.as_tuple())
+                     batch.preempted, batch.num_rows, batch.copy_tokens, batch.swapped_out, batch.swapped_in,
+                     len(batch.swap_out) + len(batch.swap_in), len(scheduler.swapped), unshared, allocated)
+                    + split.as_tuple())
         if finished:
             bar.update(len(finished))
         if not bar.disable and time.perf_counter() - shown_at > PROGRESS_EVERY_S:

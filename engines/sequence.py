@@ -1,4 +1,12 @@
-"""A request's life inside an engine: waiting, running, finished or rejected."""
+"""A request's life inside an engine: waiting, running, swapped, finished or rejected.
+
+One `Sequence` is one request and all the sequences it runs (vLLM's
+sequence group): `width` rows, the `n` parallel samples or the beams of a
+beam search, admitted, scheduled, preempted and finished together. Output
+lengths come from the trace, so every row of a group has the same length at
+every step; the rows differ in their tokens (real backend) and, for beam
+search, in which earlier row each descends from (`fork`).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,6 +18,7 @@ from workloads.request import Request
 class Status(str, Enum):
     WAITING = "waiting"
     RUNNING = "running"
+    SWAPPED = "swapped"     # preempted with its KV blocks moved to the CPU pool
     FINISHED = "finished"
     REJECTED = "rejected"
 
@@ -22,20 +31,42 @@ class Sequence:
     first_token_s: float | None = None
     finish_s: float | None = None
     admitted_s: float | None = None     # first admission
-    preemptions: int = 0
+    preemptions: int = 0                # by recompute or swap
+    swaps: int = 0                      # preemptions by swapping out
     rejected_reason: str | None = None
-    output_token_ids: list[int] = field(default_factory=list)   # filled by the real backend only
+    output_token_ids: list[int] = field(default_factory=list)   # row 0's tokens; filled by the real backend only
+    # Every row's tokens (row 0's list is `output_token_ids`), and each beam's summed log-probability.
+    row_token_ids: list[list[int]] = field(init=False)
+    beam_logprobs: list[float] = field(init=False)
+    # Set by the executor for a beam search: the row each new row descends from, applied by the KV manager.
+    parents: list[int] | None = None
     # Read every iteration by the schedulers and KV managers: copied out of the request once.
     id: int = field(init=False)
     prompt_len: int = field(init=False)
     output_len: int = field(init=False)
     final_len: int = field(init=False)  # prompt + output tokens when the request finishes
+    width: int = field(init=False)      # rows: n parallel samples or the beam width
+    beam: bool = field(init=False)      # beam search (rows are re-chosen every step)
+    prefix_id: int | None = field(init=False)
+    prefix_len: int = field(init=False) # leading prompt tokens shared with every request of prefix_id
 
     def __post_init__(self) -> None:
         self.id = self.request.id
         self.prompt_len = len(self.request.prompt_token_ids)
         self.output_len = self.request.output_len
         self.final_len = self.prompt_len + self.output_len
+        r = self.request
+        self.width = max(r.n, r.beam_width)
+        self.beam = r.beam_width > 1
+        self.prefix_id = r.prefix_id
+        self.prefix_len = getattr(r, "prefix_len", 0) if r.prefix_id is not None else 0
+        self.row_token_ids = [self.output_token_ids] + [[] for _ in range(self.width - 1)]
+        self.beam_logprobs = [0.0] * self.width if self.beam else []
+
+    def set_rows(self, rows: list[list[int]]) -> None:
+        """Replace every row's tokens (a beam step); row 0's list becomes `output_token_ids`."""
+        self.row_token_ids = rows
+        self.output_token_ids = rows[0]
 
     @property
     def length(self) -> int:

@@ -4,8 +4,10 @@
     ops.write_kv(key, value, k_cache, v_cache, slot_mapping)
 
 The Triton modules are imported only when asked for, so `import kernels` (and the
-CPU backend) never imports triton. The Triton set has no prefill kernel of its own:
-its `prefill_attention` is the torch reference (SDPA), and its name says so.
+CPU backend) never imports triton. The Triton set has no plain prefill kernel of its
+own: its `prefill_attention` is the torch reference (SDPA), and its name says so. Its
+`prefix_prefill_attention` (prefill of new tokens over a cached prefix, read through
+the block table, then causally over themselves) is a Triton kernel.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ class KernelOps:
     paged_decode_attention: Callable
     contiguous_decode_attention: Callable
     prefill_attention: Callable
+    prefix_prefill_attention: Callable
     copy_blocks: Callable
 
 
@@ -35,9 +38,11 @@ def load_ops(impl: str = "auto") -> KernelOps:
     from kernels import reference
     if impl == "torch":
         return KernelOps("torch", reference.write_kv, reference.paged_decode_attention,
-                         reference.contiguous_decode_attention, reference.prefill_attention, reference.copy_blocks)
-    from kernels import triton_copy_blocks, triton_decode_attention, triton_write_kv
+                         reference.contiguous_decode_attention, reference.prefill_attention,
+                         reference.prefix_prefill_attention, reference.copy_blocks)
+    from kernels import triton_copy_blocks, triton_decode_attention, triton_prefix_prefill, triton_write_kv
     return KernelOps("triton (prefill: torch sdpa)", triton_write_kv.write_kv,
                      triton_decode_attention.paged_decode_attention,
                      triton_decode_attention.contiguous_decode_attention,
-                     reference.prefill_attention, triton_copy_blocks.copy_blocks)
+                     reference.prefill_attention, triton_prefix_prefill.prefix_prefill_attention,
+                     triton_copy_blocks.copy_blocks)

@@ -107,6 +107,47 @@ def prefill_attention(query: torch.Tensor,       # [num_tokens, num_heads, head_
     return out
 
 
+def prefix_prefill_attention(query: torch.Tensor,        # [num_tokens, num_heads, head_dim] new tokens, packed
+                             key: torch.Tensor,          # [num_tokens, num_kv_heads, head_dim] new tokens' K
+                             value: torch.Tensor,        # [num_tokens, num_kv_heads, head_dim] new tokens' V
+                             k_cache: torch.Tensor,      # [num_blocks, block_size, num_kv_heads, head_dim]
+                             v_cache: torch.Tensor,      # [num_blocks, block_size, num_kv_heads, head_dim]
+                             block_tables: torch.Tensor, # [num_seqs, max_blocks_per_seq] int32
+                             context_lens: torch.Tensor, # [num_seqs] int32, >= 0: cached tokens before the new ones
+                             cu_seqlens: torch.Tensor,   # [num_seqs + 1] int32: sequence s's new tokens are cu[s]:cu[s+1]
+                             scale: float,
+                             ) -> torch.Tensor:          # [num_tokens, num_heads, head_dim]
+    """Prefill after a cached prefix: new tokens attend over the cached context, then causally over themselves.
+
+    New token i of sequence s sits at position context_lens[s] + i. It attends over the cached positions
+    0..context_lens[s]-1, read through block_tables[s], and over the new tokens 0..i of its sequence, whose
+    K/V come from `key`/`value` (not from the cache). With context_lens[s] == 0 this is prefill_attention.
+    """
+    block_size = k_cache.shape[1]
+    num_heads, num_kv_heads, head_dim = query.shape[1], key.shape[1], query.shape[2]
+    group = num_heads // num_kv_heads
+    out = torch.empty_like(query)
+    bounds = cu_seqlens.tolist()
+    for s, (start, end, cached) in enumerate(zip(bounds[:-1], bounds[1:], context_lens.tolist())):
+        new = end - start
+        if new == 0:
+            continue
+        num_blocks = -(-cached // block_size)
+        blocks = block_tables[s, :num_blocks].long()
+        k_ctx = torch.index_select(k_cache, 0, blocks).flatten(0, 1)[:cached]                   # [C, Hkv, D]
+        v_ctx = torch.index_select(v_cache, 0, blocks).flatten(0, 1)[:cached]
+        k = torch.cat([k_ctx.float(), key[start:end].float()]).transpose(0, 1)                  # [Hkv, C + N, D]
+        v = torch.cat([v_ctx.float(), value[start:end].float()]).transpose(0, 1)
+        q = query[start:end].float().view(new, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)   # [Hkv, G, N, D]
+        scores = torch.matmul(q, k.unsqueeze(1).transpose(-1, -2)) * scale                     # [Hkv, G, N, C + N]
+        # New token i (position cached + i) sees every position up to its own.
+        visible = torch.ones(new, cached + new, dtype=torch.bool, device=query.device).tril(cached)
+        probs = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
+        o = torch.matmul(probs, v.unsqueeze(1))                                                 # [Hkv, G, N, D]
+        out[start:end] = o.permute(2, 0, 1, 3).reshape(new, num_heads, head_dim).to(query.dtype)
+    return out
+
+
 def copy_blocks(k_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
                 v_cache: torch.Tensor,  # [num_blocks, block_size, num_kv_heads, head_dim]
                 src: torch.Tensor,      # [num_pairs] int64 source blocks

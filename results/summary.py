@@ -63,6 +63,22 @@ def memory_split(iterations: pd.DataFrame, prefix: str) -> dict[str, float]:
             for cat in CATEGORIES}
 
 
+def output_tokens(done: pd.DataFrame) -> int:
+    """Tokens the finished requests generated: output length times the sequences each ran (n, beams)."""
+    width = done["width"] if "width" in done else 1
+    return int((done["output_len"] * width).sum())
+
+
+def memory_saving(iterations: pd.DataFrame) -> float:
+    """The paper's memory saving: KV slots saved by sharing / slots needed without sharing, each
+    averaged over the iterations weighted by their duration; 0 for an engine that shares nothing."""
+    if "unshared_slots" not in iterations or not len(iterations):
+        return math.nan
+    unshared = float((iterations["unshared_slots"] * iterations["duration_s"]).sum())
+    allocated = float((iterations["allocated_slots"] * iterations["duration_s"]).sum())
+    return 1.0 - allocated / unshared if unshared > 0 else math.nan
+
+
 def batch_size(iterations: pd.DataFrame) -> float:
     """Sequences in a decode step, averaged over decode iterations weighted by their duration."""
     decode = iterations[iterations["decode_seqs"] > 0]
@@ -115,7 +131,8 @@ def steady(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction: fl
     out.update({
         "steady_num_requests": int(len(arrived)),
         "steady_requests_per_s": per_s(len(finished_in)),
-        "steady_output_tokens_per_s": per_s(int(inside["batch_size"].sum())),
+        "steady_output_tokens_per_s": per_s(int(inside["batch_rows" if "batch_rows" in inside else "batch_size"].sum())),
+        "steady_memory_saving": memory_saving(inside) if length > 0 else math.nan,
         "steady_mean_batch_size": batch_size(inside) if length > 0 else math.nan,
         **{k: (v if length > 0 else math.nan) for k, v in memory_split(inside, "steady_mem").items()},
         **latency(done, "steady_"),
@@ -144,14 +161,21 @@ def summarize(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction:
         "num_rejected": int((requests["status"] == "rejected").sum()),
         "makespan_s": makespan,
         "requests_per_s": rate(len(done)),
-        "output_tokens_per_s": rate(int(done["output_len"].sum())),
-        "total_tokens_per_s": rate(int(done["output_len"].sum() + done["prompt_len"].sum())),
+        "output_tokens_per_s": rate(output_tokens(done)),
+        "total_tokens_per_s": rate(output_tokens(done) + int(done["prompt_len"].sum())),
         "num_iterations": int(len(iterations)),
         "num_preemptions": int(iterations["preempted"].sum()) if len(iterations) else 0,
         "kv_capacity_slots": int(iterations["capacity_slots"].iloc[0]) if len(iterations) else 0,
         "mean_batch_size": batch_size(iterations),
         "max_batch_size": int(iterations["batch_size"].max()) if len(iterations) else 0,
+        "memory_saving": memory_saving(iterations),
     }
+    if "swapped_out" in iterations:
+        out.update({
+            "num_swap_outs": int(iterations["swapped_out"].sum()),
+            "num_swapped_blocks": int(iterations["swap_blocks"].sum()),
+            "num_copied_tokens": int(iterations["copy_tokens"].sum()),
+        })
     out.update(memory_split(iterations, "mem"))
     # The same split over the iterations during which a request waited: while memory limits admission.
     waiting = iterations[iterations["num_waiting"] > 0]

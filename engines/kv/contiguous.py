@@ -1,4 +1,11 @@
-"""KV memory for the contiguous engines: one region per request, sized by a reservation policy at admission."""
+"""KV memory for the contiguous engines: one region per sequence, sized by a reservation policy at admission.
+
+A request of several rows (parallel samples, beams) reserves one region per
+row, all at admission, as the paper's baselines did: nothing is shared. Its
+prompt is prefilled into row 0's region and copied to the others; a beam
+step that hands one row's history to another copies it (`fork`). The copies
+are queued for the next iteration's executor (`drain_into`).
+"""
 from __future__ import annotations
 
 from engines.kv.arena import ContiguousArena
@@ -15,6 +22,8 @@ class ContiguousKV:
         self.arena = ContiguousArena(capacity, allocator)
         # Sums over held regions of min(requested, final length), requested and taken slots.
         self._will_fill = self._requested = self._taken = 0
+        self._copies: list[tuple[int, int, int]] = []   # (source start, destination start, tokens)
+        self._fits: dict[tuple[int, int], bool] = {}    # (region size, rows) -> fits an empty arena
 
     recomputes = False   # a region never grows, so nothing is ever preempted
 
@@ -27,20 +36,68 @@ class ContiguousKV:
 
     def rejection(self, seq: Sequence) -> str | None:
         """Why `seq` could never be admitted, or None."""
-        need = self.arena.taken_size(self.region_size(seq))
+        size = self.region_size(seq)
+        need = self.arena.taken_size(size)
         if need > self.arena.max_region:
             return (f"needs a contiguous region of {need} slots; the largest the arena "
                     f"of {self.capacity} slots can hold is {self.arena.max_region}")
+        if seq.width > 1:
+            key = (size, seq.width)
+            if key not in self._fits:
+                empty = ContiguousArena(self.capacity, self.arena.allocator_name)
+                self._fits[key] = all(empty.allocate(row, size) is not None for row in range(seq.width))
+            if not self._fits[key]:
+                return f"needs {seq.width} regions of {need} slots; an empty arena of {self.capacity} cannot hold them"
         return None
 
+    @staticmethod
+    def _key(seq: Sequence, row: int):
+        return seq.id if row == 0 else (seq.id, row)
+
     def try_admit(self, seq: Sequence) -> bool:
-        region = self.arena.allocate(seq.id, self.region_size(seq))
-        if region is None:
-            return False
-        self._will_fill += min(region.requested, seq.final_len)
-        self._requested += region.requested
-        self._taken += region.taken
+        size = self.region_size(seq)
+        regions = []
+        for row in range(seq.width):
+            region = self.arena.allocate(self._key(seq, row), size)
+            if region is None:
+                for back in range(row):
+                    self.arena.free(self._key(seq, back))
+                return False
+            regions.append(region)
+        for region in regions:
+            self._will_fill += min(region.requested, seq.final_len)
+            self._requested += region.requested
+            self._taken += region.taken
         return True
+
+    def prefilled(self, seq: Sequence) -> None:
+        """Nothing to do after a prefill: a group's prompt reaches its other rows by `fork`."""
+
+    def fork(self, seq: Sequence, parents: list[int]) -> None:
+        """After a step of a group: row i continues row parents[i], so every row whose parent is another
+        gets a copy of the parent's cached positions (all but the token each row produced)."""
+        if len(parents) != seq.width:
+            raise ValueError(f"request {seq.id}: {len(parents)} parents for {seq.width} rows")
+        cached = seq.prompt_len + seq.generated - 1
+        regions = self.arena.regions
+        for row, parent in enumerate(parents):
+            if parent != row:
+                self._copies.append((regions[self._key(seq, parent)].start, regions[self._key(seq, row)].start,
+                                     cached))
+
+    def drain_into(self, batch) -> None:
+        """Hand the region copies queued since the last call to `batch`."""
+        if self._copies:
+            batch.region_copies, batch.copy_tokens = self._copies, sum(c[2] for c in self._copies)
+            self._copies = []
+
+    def cached_tokens(self, seq: Sequence) -> int:
+        """Nothing is cached across requests: every prompt is prefilled whole."""
+        return 0
+
+    def usage(self) -> tuple[int, int]:
+        """(slots needed without sharing, slots allocated): equal, nothing is shared."""
+        return self._taken, self._taken
 
     def grow(self, seq: Sequence) -> bool:
         """Make room for the token the next iteration produces; the region was sized at admission."""
@@ -56,15 +113,17 @@ class ContiguousKV:
         return len(seqs)
 
     def free(self, seq: Sequence) -> None:
-        region = self.arena.regions[seq.id]
-        self._will_fill -= min(region.requested, seq.final_len)
-        self._requested -= region.requested
-        self._taken -= region.taken
-        self.arena.free(seq.id)
+        for row in range(seq.width):
+            key = self._key(seq, row)
+            region = self.arena.regions[key]
+            self._will_fill -= min(region.requested, seq.final_len)
+            self._requested -= region.requested
+            self._taken -= region.taken
+            self.arena.free(key)
 
-    def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
-        """Arena slots of positions start..end-1 of `seq`: its region is contiguous."""
-        region = self.arena.regions[seq.id]
+    def slots(self, seq: Sequence, start: int, end: int, row: int = 0) -> list[int]:
+        """Arena slots of positions start..end-1 of a row of `seq`: its region is contiguous."""
+        region = self.arena.regions[self._key(seq, row)]
         if end > region.requested:
             raise IndexError(f"positions up to {end} overflow the {region.requested}-slot region of request {seq.id}")
         return list(range(region.start + start, region.start + end))
@@ -74,10 +133,8 @@ class ContiguousKV:
 
     def split(self, held, next_waiting: Sequence | None, stored: int | None = None) -> MemorySplit:
         """The split with `held` the sequences holding regions; `stored`, if the caller keeps it, their tokens."""
-        if len(held) != len(self.arena.regions):
-            raise ValueError(f"split of {len(held)} sequences; the arena holds {len(self.arena.regions)} regions")
         if stored is None:
-            stored = sum(s.prompt_len + s.generated for s in held)
+            stored = sum(s.width * (s.prompt_len + s.generated) for s in held)
         need = self.region_size(next_waiting) if next_waiting is not None else 0
         return split_totals(self.capacity, stored, self._will_fill, self._requested, self._taken,
                             self.arena.free_slots(), self.arena.unusable_free(need))

@@ -1,4 +1,27 @@
-"""KV memory for the paged engine: block tables over a BlockPool, one block allocated as a sequence needs it."""
+"""KV memory for the paged engine: block tables over a BlockPool, one block allocated as a sequence needs it.
+
+Every row of a request (its parallel samples or beams) has its own block
+table; tables share physical blocks by reference count:
+
+- a group's rows share its prompt's blocks from admission (the prompt is
+  prefilled once);
+- a beam step re-forms the rows (`fork`): each new row takes its parent's
+  table, sharing every block, and the rows no beam descends from are freed;
+- a row about to write into a shared block gets its own copy first
+  (copy-on-write, in `grow_all`); the copy is queued for the next
+  iteration's executor (`drain_into`), which charges or performs it;
+- requests with the same shared prefix (`prefix_id`) map their first blocks
+  to the prefix's blocks, computed by the first such request and then kept
+  by the prefix cache (full blocks only: a partial block would be written).
+
+A preempted group can be swapped: its distinct blocks move to a host
+(CPU) pool of `num_cpu_blocks` and back (`swap_out`, `swap_in`), again as
+transfers for the executor.
+
+The memory split counts physical slots: a block shared by several tables
+is counted once. `usage()` gives the slots the tables would need without
+any sharing beside the slots allocated: the paper's memory saving.
+"""
 from __future__ import annotations
 
 from engines.kv.block_pool import BlockPool, blocks_for
@@ -7,81 +30,313 @@ from engines.sequence import Sequence
 
 
 class PagedKV:
-    def __init__(self, capacity: int, block_size: int, watermark: float = 0.01):
+    def __init__(self, capacity: int, block_size: int, watermark: float = 0.01, num_cpu_blocks: int = 0):
         self.capacity = capacity
         self.pool = BlockPool(capacity // block_size, block_size)
         self.block_size = block_size
         # Admission leaves this many blocks free for running sequences to grow into (vLLM's watermark).
         self.watermark_blocks = int(watermark * self.pool.num_blocks)
-        self.block_tables: dict[int, list[int]] = {}
-        self._will_fill = 0   # sum over held sequences of min(allocated slots, final length)
+        self.cpu_pool = BlockPool(num_cpu_blocks, block_size) if num_cpu_blocks > 0 else None
+        self.block_tables: dict[int, list[list[int]]] = {}   # request id -> one table per row
+        self.cpu_tables: dict[int, list[list[int]]] = {}     # swapped-out requests: tables of host blocks
+        self.prefix_blocks: dict[int, list[int]] = {}        # prefix id -> its cached (full) blocks
+        self._cached_tokens: dict[int, int] = {}             # request id -> prefix tokens found in the cache
+        # Running sums over every row table: min(allocated slots, final length), and allocated slots.
+        self._will_fill = 0
+        self._logical_slots = 0
+        # Over shared blocks, sum of (references - 1) x the block's stored / will-fill slots: what the
+        # per-row sums count more than once.
+        self._dup_stored = 0
+        self._dup_will = 0
+        self._prefix_slots = 0   # slots of the blocks the prefix cache keeps
+        self._wide: dict[int, Sequence] = {}   # held groups of several rows
+        # Transfers for the next iteration: copy-on-write pairs, swap-out and swap-in pairs.
+        self._copies: list[tuple[int, int]] = []
+        self._swap_out: list[tuple[int, int]] = []
+        self._swap_in: list[tuple[int, int]] = []
 
-    recomputes = True   # a sequence that cannot grow is preempted and recomputed
+    recomputes = True   # a sequence that cannot grow is preempted (recomputed or swapped)
 
     def describe(self) -> str:
+        swap = f", host pool of {self.cpu_pool.num_blocks:,} blocks" if self.cpu_pool else ", no host pool"
         return (f"block pool of {self.pool.num_blocks:,} blocks x {self.block_size} slots, "
-                f"admission watermark {self.watermark_blocks} blocks")
+                f"admission watermark {self.watermark_blocks} blocks{swap}")
 
     def rejection(self, seq: Sequence) -> str | None:
-        need = blocks_for(seq.final_len, self.block_size)
+        need = seq.width * blocks_for(seq.final_len, self.block_size)
         if need + self.watermark_blocks > self.pool.num_blocks:
-            return f"needs {need} blocks of {self.block_size} slots; the pool has {self.pool.num_blocks}"
+            rows = f" ({seq.width} rows, unshared)" if seq.width > 1 else ""
+            return (f"needs {need} blocks of {self.block_size} slots{rows}; the pool has "
+                    f"{self.pool.num_blocks}")
         return None
 
+    # -- accounting helpers -------------------------------------------------------------------------
+
+    def _fill(self, index: int, length: int) -> int:
+        """Slots of the index-th block a row of `length` stored tokens fills."""
+        return min(self.block_size, max(0, length - index * self.block_size))
+
+    @staticmethod
+    def _kv_len(seq: Sequence) -> int:
+        """Positions a row's blocks hold in common with the rows it shares them with: its prompt before the
+        first step, then every position but the last, the token each row produced itself. A shared block's
+        part of this never changes while it is shared: a row writes past it only after copy-on-write."""
+        return seq.prompt_len + seq.generated - (1 if seq.generated else 0)
+
+    def _share(self, block: int, index: int, seq: Sequence) -> None:
+        self.pool.share(block)
+        self._dup_stored += self._fill(index, self._kv_len(seq))
+        self._dup_will += self._fill(index, seq.final_len)
+
+    def _release(self, block: int, index: int, seq: Sequence) -> None:
+        if self.pool.ref_counts[block] > 1:
+            self._dup_stored -= self._fill(index, self._kv_len(seq))
+            self._dup_will -= self._fill(index, seq.final_len)
+        self.pool.release(block)
+
+    def _pending(self) -> int:
+        """Tokens the rows produced whose slot is still in a block shared with another row: they get a slot
+        when the next step copies the block (copy-on-write); until then one of them is counted."""
+        pending, bs, refs = 0, self.block_size, self.pool.ref_counts
+        for seq in self._wide.values():
+            if not seq.generated:
+                continue
+            index = (seq.prompt_len + seq.generated - 1) // bs
+            seen = set()
+            for table in self.block_tables[seq.id]:
+                block = table[index]
+                if block not in seen and refs[block] > 1:
+                    seen.add(block)
+                    pending += refs[block] - 1
+        return pending
+
+    def _add_rows(self, seq: Sequence, tables: list[list[int]]) -> None:
+        bs, final = self.block_size, seq.final_len
+        if seq.width > 1:
+            self._wide[seq.id] = seq
+        for table in tables:
+            self._will_fill += min(len(table) * bs, final)
+            self._logical_slots += len(table) * bs
+
+    def _drop_rows(self, seq: Sequence, tables: list[list[int]]) -> None:
+        bs, final = self.block_size, seq.final_len
+        self._wide.pop(seq.id, None)
+        for table in tables:
+            self._will_fill -= min(len(table) * bs, final)
+            self._logical_slots -= len(table) * bs
+            for index, block in enumerate(table):
+                self._release(block, index, seq)
+
+    # -- admission, growth, release ------------------------------------------------------------------
+
     def try_admit(self, seq: Sequence) -> bool:
-        """Allocate blocks for the tokens to prefill and the token the prefill produces."""
-        need = blocks_for(seq.length + 1, self.block_size)
+        """Allocate blocks for the tokens to prefill and the token the prefill produces; every row of the
+        group shares them. A cached shared prefix supplies the first blocks."""
+        if seq.width > 1 and seq.generated:
+            raise RuntimeError(f"request {seq.id}: a group of {seq.width} sequences cannot be recomputed; "
+                               f"it must be swapped")
+        bs = self.block_size
+        cached = self.prefix_blocks.get(seq.prefix_id, ()) if seq.prefix_id is not None else ()
+        need = blocks_for(seq.length + 1, bs) - len(cached)
         if need + self.watermark_blocks > self.pool.num_free:
             return False
-        self.block_tables[seq.id] = [self.pool.allocate() for _ in range(need)]
-        self._will_fill += min(need * self.block_size, seq.final_len)
+        table = list(cached)
+        for index, block in enumerate(cached):
+            self._share(block, index, seq)
+        table += [self.pool.allocate() for _ in range(need)]
+        tables = [table]
+        for _ in range(seq.width - 1):
+            tables.append(list(table))
+            for index, block in enumerate(table):
+                self._share(block, index, seq)
+        self.block_tables[seq.id] = tables
+        self._add_rows(seq, tables)
+        if cached:
+            self._cached_tokens[seq.id] = len(cached) * bs
         return True
+
+    def cached_tokens(self, seq: Sequence) -> int:
+        """Prompt tokens of an admitted request already in the cache (its shared prefix): not prefilled."""
+        return self._cached_tokens.get(seq.id, 0)
+
+    def prefilled(self, seq: Sequence) -> None:
+        """After `seq`'s prefill: the first request of a shared prefix hands its full prefix blocks to the
+        prefix cache, which keeps them for every later request of that prefix."""
+        self._cached_tokens.pop(seq.id, None)
+        if seq.prefix_id is None or seq.prefix_id in self.prefix_blocks:
+            return
+        full = seq.prefix_len // self.block_size
+        if full == 0:
+            return
+        blocks = self.block_tables[seq.id][0][:full]
+        for block in blocks:
+            self.pool.share(block)
+            self._dup_stored += self.block_size
+            self._dup_will += self.block_size
+        self.prefix_blocks[seq.prefix_id] = blocks
+        self._prefix_slots += full * self.block_size
 
     def grow(self, seq: Sequence) -> bool:
         """Make room for the token the next iteration produces: one more block when the last is full."""
         return self.grow_all([seq]) == 1
 
     def grow_all(self, seqs: list[Sequence], start: int = 0) -> int:
-        """`grow` each of seqs[start:] in order; the index of the first that cannot grow, or len(seqs).
+        """Ready each row of seqs[start:] for a decode step, in order; the index of the first group that
+        cannot get a block it needs, or len(seqs).
 
-        The decode step's hot loop: one call per iteration, not one per sequence.
+        A row writes the token it is fed at position length - 1: a shared block there is copied first
+        (copy-on-write). The token the step produces needs a slot at position length: a new block when
+        the table is full. The decode step's hot loop: one call per iteration, not one per sequence.
         """
         tables, bs, pool = self.block_tables, self.block_size, self.pool
+        refs = pool.ref_counts
         for i in range(start, len(seqs)):
             seq = seqs[i]
-            table = tables[seq.id]
-            slots = len(table) * bs
-            if seq.prompt_len + seq.generated < slots:
-                continue
-            if pool.num_free == 0:
-                return i
-            table.append(pool.allocate())
-            final = seq.final_len
-            self._will_fill += min(slots + bs, final) - min(slots, final)
+            length = seq.prompt_len + seq.generated
+            for table in tables[seq.id]:
+                last = (length - 1) // bs
+                block = table[last]
+                if refs[block] > 1:
+                    if pool.num_free == 0:
+                        return i
+                    copy = pool.allocate()
+                    self._copies.append((block, copy))
+                    table[last] = copy
+                    self._release(block, last, seq)
+                slots = len(table) * bs
+                if length < slots:
+                    continue
+                if pool.num_free == 0:
+                    return i
+                table.append(pool.allocate())
+                final = seq.final_len
+                self._will_fill += min(slots + bs, final) - min(slots, final)
+                self._logical_slots += bs
         return len(seqs)
 
-    def free(self, seq: Sequence) -> None:
-        table = self.block_tables.pop(seq.id)
-        self._will_fill -= min(len(table) * self.block_size, seq.final_len)
-        for block in table:
-            self.pool.release(block)
+    def fork(self, seq: Sequence, parents: list[int]) -> None:
+        """Re-form the rows after a beam step: new row i continues row parents[i], sharing its blocks."""
+        old = self.block_tables[seq.id]
+        if len(parents) != len(old):
+            raise ValueError(f"request {seq.id}: {len(parents)} parents for {len(old)} rows")
+        if all(old[p] == old[row] for row, p in enumerate(parents)):
+            return   # every row keeps the blocks it has (e.g. rows that share their prompt from admission)
+        new = [list(old[p]) for p in parents]
+        for table in new:
+            for index, block in enumerate(table):
+                self._share(block, index, seq)
+        self._drop_rows(seq, old)
+        self._add_rows(seq, new)
+        self.block_tables[seq.id] = new
 
-    def slots(self, seq: Sequence, start: int, end: int) -> list[int]:
-        """Flat cache slots (block * block_size + offset) of positions start..end-1 of `seq`."""
-        table, bs = self.block_tables[seq.id], self.block_size
+    def free(self, seq: Sequence) -> None:
+        self._cached_tokens.pop(seq.id, None)
+        self._drop_rows(seq, self.block_tables.pop(seq.id))
+
+    # -- swapping ------------------------------------------------------------------------------------
+
+    def _distinct(self, tables: list[list[int]]) -> list[int]:
+        return list(dict.fromkeys(b for table in tables for b in table))
+
+    def can_swap_out(self, seq: Sequence) -> bool:
+        if self.cpu_pool is None:
+            return False
+        return len(self._distinct(self.block_tables[seq.id])) <= self.cpu_pool.num_free
+
+    def swap_out(self, seq: Sequence) -> int:
+        """Move the group's distinct blocks to the host pool (shared blocks move once); the blocks moved."""
+        if not self.can_swap_out(seq):
+            raise MemoryError(f"request {seq.id}: the host pool cannot hold its blocks")
+        tables = self.block_tables.pop(seq.id)
+        self._cached_tokens.pop(seq.id, None)
+        moved = self._move(tables, self.cpu_pool, self._swap_out, self.cpu_tables, seq)
+        self._drop_rows(seq, tables)
+        return moved
+
+    def can_swap_in(self, seq: Sequence, watermark: bool = True) -> bool:
+        need = len(self._distinct(self.cpu_tables[seq.id]))
+        return need + (self.watermark_blocks if watermark else 0) <= self.pool.num_free
+
+    def swap_in(self, seq: Sequence) -> int:
+        """Bring a swapped group's blocks back to the device pool; the blocks moved."""
+        tables = self.cpu_tables.pop(seq.id)
+        if len(self._distinct(tables)) > self.pool.num_free:
+            raise MemoryError(f"request {seq.id}: the device pool cannot hold its blocks")
+        # Take device blocks first (device sharing is counted by _share), then free the host ones.
+        mapping: dict[int, int] = {}
+        new_tables = []
+        for table in tables:
+            new = []
+            for index, block in enumerate(table):
+                if block in mapping:
+                    self._share(mapping[block], index, seq)
+                else:
+                    mapping[block] = self.pool.allocate()
+                    self._swap_in.append((block, mapping[block]))
+                new.append(mapping[block])
+            new_tables.append(new)
+        for table in tables:
+            for block in table:
+                self.cpu_pool.release(block)
+        self.block_tables[seq.id] = new_tables
+        self._add_rows(seq, new_tables)
+        return len(mapping)
+
+    def _move(self, tables, pool: BlockPool, pairs: list, into: dict, seq: Sequence) -> int:
+        mapping: dict[int, int] = {}
+        out = []
+        for table in tables:
+            row = []
+            for block in table:
+                if block in mapping:
+                    pool.share(mapping[block])
+                else:
+                    mapping[block] = pool.allocate()
+                    pairs.append((block, mapping[block]))
+                row.append(mapping[block])
+            out.append(row)
+        into[seq.id] = out
+        return len(mapping)
+
+    def drain_into(self, batch) -> None:
+        """Hand the copy-on-write, swap-out and swap-in block pairs queued since the last call to `batch`."""
+        if self._copies:
+            batch.block_copies, batch.copy_tokens = self._copies, len(self._copies) * self.block_size
+            self._copies = []
+        if self._swap_out:
+            batch.swap_out, self._swap_out = self._swap_out, []
+        if self._swap_in:
+            batch.swap_in, self._swap_in = self._swap_in, []
+
+    # -- what the executor and the summaries read ---------------------------------------------------
+
+    def slots(self, seq: Sequence, start: int, end: int, row: int = 0) -> list[int]:
+        """Flat cache slots (block * block_size + offset) of positions start..end-1 of a row of `seq`."""
+        table, bs = self.block_tables[seq.id][row], self.block_size
         return [table[p // bs] * bs + p % bs for p in range(start, end)]
+
+    def table(self, seq: Sequence, row: int = 0) -> list[int]:
+        return self.block_tables[seq.id][row]
 
     def holds(self, seq: Sequence) -> bool:
         return seq.id in self.block_tables
 
+    def usage(self) -> tuple[int, int]:
+        """(slots the row tables would take without sharing, slots allocated): the memory saving's terms.
+        The prefix cache's own reference is not a row, so its blocks count as allocated only."""
+        return self._logical_slots, (self.pool.num_blocks - self.pool.num_free) * self.block_size
+
     def split(self, held, next_waiting: Sequence | None, stored: int | None = None) -> MemorySplit:
-        """The split with `held` the sequences holding blocks; `stored`, if the caller keeps it, their tokens."""
+        """The split with `held` the groups holding blocks; `stored`, if the caller keeps it, the tokens
+        their rows hold (a shared block's tokens counted once per row: the split removes the repeats)."""
         bs = self.block_size
         if len(held) != len(self.block_tables):
             raise ValueError(f"split of {len(held)} sequences; the manager holds {len(self.block_tables)}")
         if stored is None:
-            stored = sum(s.prompt_len + s.generated for s in held)
+            stored = sum(s.width * (s.prompt_len + s.generated) for s in held)
         allocated = (self.pool.num_blocks - self.pool.num_free) * bs
+        physical = stored + self._prefix_slots - self._dup_stored - (self._pending() if self._wide else 0)
+        will_fill = self._will_fill + self._prefix_slots - self._dup_will
         # Any free block serves any request: no free block is too small or out of place.
-        return split_totals(self.capacity, stored, self._will_fill, allocated, allocated,
+        return split_totals(self.capacity, physical, will_fill, allocated, allocated,
                             self.pool.num_free * bs, 0)

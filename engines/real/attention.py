@@ -2,8 +2,9 @@
 
 Only attention is replaced; the rest of the forward pass is the library's
 own. Each call writes the new tokens' K and V into this layer's cache at
-their slots, then attends: over the new tokens (prefill) or over the cache
-(decode), through the kernels of the iteration context.
+their slots, then attends: over the new tokens (prefill), over a cached
+shared prefix and the new tokens (prefill after a prefix), or over the
+cache (decode), through the kernels of the iteration context.
 """
 from __future__ import annotations
 
@@ -32,7 +33,11 @@ def kv_attention(module: torch.nn.Module,
     scale = scaling if scaling is not None else q.shape[-1] ** -0.5
     k_cache, v_cache = ctx.k_caches[layer], ctx.v_caches[layer]
     ctx.ops.write_kv(k.contiguous(), v.contiguous(), k_cache, v_cache, ctx.slot_mapping)
-    if ctx.is_prefill:
+    if ctx.is_prefill and ctx.context_lens is not None:
+        # New tokens after a cached shared prefix: attend over it through the block table, then causally.
+        out = ctx.ops.prefix_prefill_attention(q.contiguous(), k.contiguous(), v.contiguous(), k_cache, v_cache,
+                                               ctx.block_tables, ctx.context_lens, ctx.cu_seqlens, scale)
+    elif ctx.is_prefill:
         out = ctx.ops.prefill_attention(q.contiguous(), k.contiguous(), v.contiguous(), ctx.cu_seqlens, scale)
     elif ctx.paged:
         out = ctx.ops.paged_decode_attention(q.contiguous(), k_cache, v_cache, ctx.block_tables,

@@ -12,8 +12,9 @@ from engines.specs.mapping import build_from_mapping
 from engines.specs.model import ModelSpec
 from engines.real.attention import register
 from engines.real.executor import RealExecutor
-from engines.real.kv_cache import allocate_kv, bytes_per_slot, kv_budget_bytes
+from engines.real.kv_cache import KVCache, allocate_kv, bytes_per_slot, kv_budget_bytes
 from engines.real.model import build_model, resolve_device, resolve_dtype
+from engines.real.swap import allocate_host_blocks
 from kernels.ops import load_ops
 
 
@@ -98,10 +99,16 @@ def build_real(backend: RealBackendConfig, spec: ModelSpec, engine: EngineConfig
     per_slot = bytes_per_slot(cfg.num_hidden_layers, kv_heads, head_dim, dtype)
     budget = kv_budget_bytes(device, backend.kv_budget_mib, backend.kv_budget_fraction, backend.cpu_kv_budget_mib)
     slots = budget // per_slot
-    scheduler = build_scheduler(engine, limits, slots)   # the same slots for every engine; each lays them out its way
+    # The same slots for every engine; each lays them out its way.
+    scheduler = build_scheduler(engine, limits, slots, per_slot)
     cache = allocate_kv(cfg.num_hidden_layers, kv_heads, head_dim, slots,
                         engine.block_size if engine.name == "paged" else None, dtype, device)
-    executor = RealExecutor(model, scheduler.kv, cache, ops, device, backend.temperature, backend.seed)
+    host = None
+    cpu_pool = getattr(scheduler.kv, "cpu_pool", None)
+    if cpu_pool is not None:
+        host_k, host_v = allocate_host_blocks(cache.k, cpu_pool.num_blocks)
+        host = KVCache(host_k, host_v, cpu_pool.num_blocks * engine.block_size, per_slot)
+    executor = RealExecutor(model, scheduler.kv, cache, ops, device, backend.temperature, backend.seed, host=host)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     return RealSetup(scheduler, executor, device_name, str(dtype).removeprefix("torch."), ops.name,
                      budget, per_slot, slots)

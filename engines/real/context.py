@@ -11,7 +11,8 @@ class IterationContext:
     """Set before each forward pass, read by every layer's attention call.
 
     Prefill: `cu_seqlens` splits the packed tokens into sequences; attention
-    runs over each sequence's own new tokens. Decode: one token per row;
+    runs over each sequence's own new tokens, and, when `context_lens` is
+    set, first over that many cached tokens read through `block_tables`. Decode: one token per row;
     each row attends over `context_lens` tokens read from the cache through
     `block_tables` (paged) or from `seq_starts` (contiguous arena).
     """
@@ -23,8 +24,8 @@ class IterationContext:
     is_prefill: bool
     slot_mapping: torch.Tensor            # [num_tokens] int64, -1 = do not store
     cu_seqlens: torch.Tensor | None = None     # [num_seqs + 1] int32 (prefill)
-    context_lens: torch.Tensor | None = None   # [num_rows] int32 (decode)
-    block_tables: torch.Tensor | None = None   # [num_rows, max_blocks] int32 (paged decode)
+    context_lens: torch.Tensor | None = None   # [num_rows] int32 (decode); cached tokens per sequence (prefix prefill)
+    block_tables: torch.Tensor | None = None   # [num_rows, max_blocks] int32 (paged decode, prefix prefill)
     seq_starts: torch.Tensor | None = None     # [num_rows] int64 (contiguous decode)
 
 

@@ -8,6 +8,8 @@ import torch
 from engines.batch import Batch
 from engines.real.context import IterationContext, set_context
 from engines.real.kv_cache import KVCache
+from engines.real.swap import swap_blocks
+from engines.sequence import Sequence
 
 PAD_TOKEN = 0
 
@@ -18,14 +20,21 @@ class RealExecutor:
     Token ids outside the model's vocabulary are folded into it (id mod
     vocab size): throughput depends on lengths, not on what the tokens say.
     Sampling is greedy by default; `temperature > 0` samples with a seeded
-    generator. Output lengths come from the trace: EOS is ignored.
+    generator. Output lengths come from the trace: EOS is ignored. A request
+    of several rows samples each parallel sample with its own seeded noise,
+    or keeps the `width` best beams by summed log-probability (setting
+    `Sequence.parents`, which the KV manager applies after the iteration).
+    KV data the manager moved (copies, swaps) moves before the forward pass,
+    inside the iteration's time.
     """
 
     name = "real"
 
     def __init__(self, model: torch.nn.Module, kv, cache: KVCache, ops, device: torch.device,
-                 temperature: float = 0.0, seed: int = 0, keep_logits: bool = False):
+                 temperature: float = 0.0, seed: int = 0, keep_logits: bool = False, host: KVCache | None = None):
         self.model, self.kv, self.cache, self.ops, self.device = model, kv, cache, ops, device
+        self.host = host              # the host pool's blocks (paged swapping), or None
+        self.seed = seed
         self.paged = hasattr(kv, "block_tables")
         self.vocab_size = model.config.vocab_size
         self.temperature = temperature
@@ -55,42 +64,70 @@ class RealExecutor:
 
     def _prefill_context(self, batch: Batch):
         ids, pos, slots, last, cu = [], [], [], [], [0]
-        for seq, padded in zip(batch.prefill, batch.prefill_lens):
+        cached = batch.prefill_cached or [0] * len(batch.prefill)
+        for seq, padded, skip in zip(batch.prefill, batch.prefill_lens, cached):
             tokens = list(seq.request.prompt_token_ids) + seq.output_token_ids
             real = len(tokens)                        # == seq.length
-            ids += tokens + [PAD_TOKEN] * (padded - real)   # static batching pads to the batch's longest
-            pos += range(padded)
-            slots += self.kv.slots(seq, 0, padded)
-            last.append(cu[-1] + real - 1)
-            cu.append(cu[-1] + padded)
+            ids += tokens[skip:] + [PAD_TOKEN] * (padded - real)   # static batching pads to the batch's longest
+            pos += range(skip, padded)
+            slots += self.kv.slots(seq, skip, padded)
+            last.append(cu[-1] + real - skip - 1)
+            cu.append(cu[-1] + padded - skip)
         ctx = IterationContext(self.cache.k, self.cache.v, self.ops, self.paged, True,
                                self._tensor(slots, torch.int64), cu_seqlens=self._tensor(cu, torch.int32))
+        if any(cached):
+            # New tokens after a cached shared prefix attend over it through the block table.
+            tables = [self.kv.table(s) for s in batch.prefill]
+            width = max(len(t) for t in tables)
+            ctx.block_tables = self._tensor([t + [0] * (width - len(t)) for t in tables], torch.int32)
+            ctx.context_lens = self._tensor(cached, torch.int32)
         return ids, pos, last, ctx
 
     def _decode_context(self, batch: Batch):
         ids, pos, slots, lens, tables, starts = [], [], [], [], [], []
         for seq in batch.decode:
             n = seq.length                            # the last generated token is fed at position n - 1
-            ids.append(seq.output_token_ids[-1])
-            pos.append(n - 1)
-            slots += self.kv.slots(seq, n - 1, n)
-            lens.append(n)
+            for row in range(seq.width):
+                ids.append(seq.row_token_ids[row][-1])
+                pos.append(n - 1)
+                slots += self.kv.slots(seq, n - 1, n, row)
+                lens.append(n)
         for seq in batch.padding:                     # finished rows kept as padding: computed, not stored
-            ids.append(PAD_TOKEN)
-            pos.append(seq.length - 1)
-            slots.append(-1)
-            lens.append(seq.length - 1)
-        rows = batch.decode + batch.padding
+            for row in range(seq.width):
+                ids.append(PAD_TOKEN)
+                pos.append(seq.length - 1)
+                slots.append(-1)
+                lens.append(seq.length - 1)
+        rows = [(s, r) for s in batch.decode + batch.padding for r in range(s.width)]
         if self.paged:
-            width = max(len(self.kv.block_tables[s.id]) for s in rows)
-            tables = [t + [0] * (width - len(t)) for t in (self.kv.block_tables[s.id] for s in rows)]
+            found = [self.kv.table(s, r) for s, r in rows]
+            width = max(len(t) for t in found)
+            tables = [t + [0] * (width - len(t)) for t in found]
         else:
-            starts = [self.kv.slots(s, 0, 1)[0] for s in rows]     # first slot of each region
+            starts = [self.kv.slots(s, 0, 1, r)[0] for s, r in rows]     # first slot of each region
         ctx = IterationContext(self.cache.k, self.cache.v, self.ops, self.paged, False,
                                self._tensor(slots, torch.int64), context_lens=self._tensor(lens, torch.int32),
                                block_tables=self._tensor(tables, torch.int32) if self.paged else None,
                                seq_starts=None if self.paged else self._tensor(starts, torch.int64))
         return ids, pos, list(range(len(rows))), ctx
+
+    def _move_kv(self, batch: Batch) -> None:
+        """The KV data the manager moved for this iteration, before its forward pass."""
+        if batch.swap_out:
+            swap_blocks(self.cache.k, self.cache.v, self.host.k, self.host.v, batch.swap_out)
+        if batch.swap_in:
+            swap_blocks(self.host.k, self.host.v, self.cache.k, self.cache.v, batch.swap_in)
+        if batch.block_copies:
+            src = self._tensor([a for a, _ in batch.block_copies], torch.int64)
+            dst = self._tensor([b for _, b in batch.block_copies], torch.int64)
+            for k, v in zip(self.cache.k, self.cache.v):
+                self.ops.copy_blocks(k, v, src, dst)
+        if batch.region_copies:
+            src = self._tensor([i for a, _, n in batch.region_copies for i in range(a, a + n)], torch.int64)
+            dst = self._tensor([i for _, b, n in batch.region_copies for i in range(b, b + n)], torch.int64)
+            for k, v in zip(self.cache.k, self.cache.v):
+                k[dst] = k[src]      # the sources are read whole before any destination is written
+                v[dst] = v[src]
 
     @torch.inference_mode()
     def forward(self, ids: list[int], pos: list[int], last: list[int], ctx: IterationContext) -> torch.Tensor:
@@ -111,19 +148,68 @@ class RealExecutor:
         probs = torch.softmax(logits.float() / self.temperature, dim=-1)
         return torch.multinomial(probs, 1, generator=self.generator)[:, 0].tolist()
 
+    def _sample_row(self, logits: torch.Tensor, seq: Sequence, row: int) -> int:
+        """One parallel sample, drawn with noise seeded by (seed, request, row, step): the same token for the
+        same logits whatever else shares the batch, so every engine draws the same samples."""
+        g = torch.Generator(device="cpu").manual_seed(hash((self.seed, seq.id, row, seq.generated)) & (2**63 - 1))
+        u = torch.rand(logits.shape[-1], generator=g).clamp_(min=1e-20)
+        gumbel = -torch.log(-torch.log(u)).to(logits.device)
+        return int(torch.argmax(logits.float() / self.temperature + gumbel))
+
+    def _beam_step(self, logits: torch.Tensor, seq: Sequence) -> None:
+        """The best `width` continuations of the beams by summed log-probability; sets `seq.parents`."""
+        width = seq.width
+        logprobs = torch.log_softmax(logits.float(), dim=-1)           # [rows, vocab]
+        if logprobs.shape[0] == 1:                                     # after the prompt: one row
+            scores = logprobs[0]
+        else:
+            scores = (logprobs + torch.tensor(seq.beam_logprobs, device=logprobs.device)[:, None]).flatten()
+        best, index = torch.topk(scores, width)
+        vocab = logprobs.shape[-1]
+        parents = (index // vocab).tolist() if logprobs.shape[0] > 1 else [0] * width
+        tokens = (index % vocab).tolist()
+        seq.set_rows([seq.row_token_ids[p] + [t] for p, t in zip(parents, tokens)])
+        seq.beam_logprobs = best.tolist()
+        seq.parents = parents
+
+    def _emit(self, batch: Batch, logits: torch.Tensor) -> None:
+        """Turn the logits of the advancing rows into each row's next token."""
+        groups, start = [], 0
+        for seq in batch.prefill:
+            groups.append((seq, start, 1))
+            start += 1
+        for seq in batch.decode:
+            groups.append((seq, start, seq.width))
+            start += seq.width
+        single = [g for g in groups if g[0].width == 1]
+        if single:
+            tokens = self._sample(logits[[first for _, first, _ in single]])
+            for (seq, _, _), token in zip(single, tokens):
+                seq.output_token_ids.append(token)
+        for seq, first, rows in groups:
+            if seq.width == 1:
+                continue
+            if seq.beam:
+                self._beam_step(logits[first:first + rows], seq)
+            elif rows == 1:    # after the prompt: every sample draws from its distribution
+                for row in range(seq.width):
+                    seq.row_token_ids[row].append(self._sample_row(logits[first], seq, row))
+            else:
+                for row in range(rows):
+                    seq.row_token_ids[row].append(self._sample_row(logits[first + row], seq, row))
+
     def execute(self, batch: Batch) -> float:
         started = time.perf_counter()
+        self._move_kv(batch)
         ids, pos, last, ctx = self._prefill_context(batch) if batch.is_prefill else self._decode_context(batch)
         forward_start = time.perf_counter()
         logits = self.forward(ids, pos, last, ctx)
-        tokens = self._sample(logits)                 # .tolist() waits for the device
+        self._emit(batch, logits)                     # .tolist() waits for the device
         self._sync()
         ended = time.perf_counter()
         self.forward_s += ended - forward_start
         if self.keep_logits:
             self.last_logits = logits.float().cpu()
-        for seq, token in zip(batch.advancing(), tokens):
-            seq.output_token_ids.append(token)
         return ended - started
 
     def warmup(self) -> None:

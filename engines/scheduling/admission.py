@@ -15,6 +15,8 @@ def rejection_reason(seq: Sequence, kv, limits: SchedulerLimits) -> str | None:
     reason = kv.rejection(seq)
     if reason is None and seq.final_len > limits.max_seq_len:
         reason = f"prompt + output = {seq.final_len} exceeds max_seq_len {limits.max_seq_len}"
+    if reason is None and seq.width > limits.max_num_seqs:
+        reason = f"runs {seq.width} sequences; max_num_seqs is {limits.max_num_seqs}"
     return reason
 
 

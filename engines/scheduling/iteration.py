@@ -1,32 +1,51 @@
 """Iteration-level scheduling (Orca, vLLM): requests join and leave the batch at every iteration.
 
 Each iteration is either a prefill of newly admitted requests (preferred
-whenever one can be admitted) or a decode step of every running sequence.
-Admission is FCFS: the head of the queue is admitted while the KV manager
-can hold it, the token budget allows, and fewer than `max_num_seqs` run.
-When a running sequence needs memory the manager cannot give (paged), the
-most recently admitted sequence is preempted by recomputation: its memory
-is freed and it goes back to the front of the queue, keeping its output.
+whenever one can be admitted) or a decode step of every running request.
+A request is a group of `width` sequences (parallel samples, beams), always
+scheduled together. Admission is FCFS: the head of the queue is admitted
+while the KV manager can hold it, the token budget allows, and the running
+sequences stay within `max_num_seqs`.
+
+When a running group needs memory the manager cannot give (paged), the most
+recently admitted group is preempted (`preemption`):
+
+- `recompute`: its memory is freed and it goes back to the front of the
+  queue, keeping its output; its next prefill recomputes it;
+- `swap`: its blocks move to the host pool (vLLM's swap space) and it waits
+  in the swapped queue; swapped groups come back, oldest first, before any
+  new request is admitted;
+- `auto` (vLLM's rule): recompute a group of one sequence, swap a group of
+  several.
+
+A group of several sequences is never recomputed (as in vLLM): it is
+swapped, and a run whose host pool cannot hold it stops with an error.
 """
 from __future__ import annotations
 
 from collections import deque
 
 from engines.scheduling.admission import queue_or_reject
+from engines.scheduling.forks import apply_forks
 from engines.batch import Batch
-from engines.config import SchedulerLimits
+from engines.config import PREEMPTION, SchedulerLimits
 from engines.kv.memory_split import MemorySplit
 from engines.sequence import Sequence, Status
 
 
 class IterationScheduler:
-    def __init__(self, kv, limits: SchedulerLimits):
+    def __init__(self, kv, limits: SchedulerLimits, preemption: str = "auto"):
+        if preemption not in PREEMPTION:
+            raise ValueError(f"preemption={preemption!r} is not one of {list(PREEMPTION)}")
         self.kv = kv
         self.limits = limits
+        self.preemption = preemption
         self.waiting: deque[Sequence] = deque()
+        self.swapped: deque[Sequence] = deque()
         self.running: dict[int, Sequence] = {}   # by id, in admission order (a dict keeps insertion order)
-        # Tokens the running sequences hold once the last scheduled iteration has run: what the memory
-        # split reads after each iteration, kept up to date here instead of summed over every sequence.
+        self._rows = 0   # sequences (rows) of the running groups
+        # Tokens the running rows hold once the last scheduled iteration has run: what the memory split
+        # reads after each iteration, kept up to date here instead of summed over every sequence.
         self._stored = 0
 
     def add(self, seq: Sequence, now: float) -> bool:
@@ -34,19 +53,44 @@ class IterationScheduler:
         return queue_or_reject(seq, self.waiting, self.kv, self.limits, now)
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.swapped)
 
     def schedule(self, now: float) -> Batch | None:
-        batch = self._admit(now)
+        swapped_in = self._swap_in() if self.swapped else 0
+        batch = None if self.swapped or swapped_in else self._admit(now)
         if batch is None:
             batch = self._decode()
         if batch is not None:
-            self._stored += batch.num_seqs   # each advancing sequence stores the token it produces
+            batch.swapped_in = swapped_in
+            self._stored += batch.num_rows   # each advancing row stores the token it produces
+            self.kv.drain_into(batch)
         return batch
 
+    def _swap_in(self) -> int:
+        """Bring swapped groups back, oldest first, while the pool and the sequence limit allow."""
+        back = 0
+        while self.swapped:
+            seq = self.swapped[0]
+            if self._rows + seq.width > self.limits.max_num_seqs:
+                break
+            # With nothing running, the watermark has nothing to protect: never leave the queue stuck.
+            if not self.kv.can_swap_in(seq, watermark=bool(self.running)):
+                break
+            self.swapped.popleft()
+            self.kv.swap_in(seq)
+            seq.status = Status.RUNNING
+            self._hold(seq)
+            back += 1
+        return back
+
+    def _hold(self, seq: Sequence) -> None:
+        self.running[seq.id] = seq
+        self._rows += seq.width
+        self._stored += seq.width * seq.length
+
     def _admit(self, now: float) -> Batch | None:
-        admitted, lens, tokens = [], [], 0
-        while self.waiting and len(self.running) + len(admitted) < self.limits.max_num_seqs:
+        admitted, lens, cached, tokens, rows = [], [], [], 0, self._rows
+        while self.waiting and rows + self.waiting[0].width <= self.limits.max_num_seqs:
             seq = self.waiting[0]
             if tokens + seq.length > self.limits.max_num_batched_tokens:
                 break
@@ -58,41 +102,63 @@ class IterationScheduler:
                 seq.admitted_s = now
             admitted.append(seq)
             lens.append(seq.length)
-            tokens += seq.length
+            cached.append(self.kv.cached_tokens(seq))
+            tokens += seq.length - cached[-1]
+            rows += seq.width
         if not admitted:
             return None
         for seq in admitted:
-            self.running[seq.id] = seq
-        self._stored += tokens
-        return Batch(prefill=admitted, prefill_lens=lens)
+            self._hold(seq)
+        return Batch(prefill=admitted, prefill_lens=lens, prefill_cached=cached if any(cached) else [])
 
     def _decode(self) -> Batch | None:
         if not self.running:
             return None
-        preempted = 0
+        preempted = swapped = 0
         seqs = list(self.running.values())
         i = self.kv.grow_all(seqs)
         while i < len(seqs):
             # seqs[i] needs a block and none is free: preempt the latest admitted (maybe seqs[i] itself).
-            self._preempt(seqs.pop())
+            swapped += self._preempt(seqs.pop())
             preempted += 1
             i = self.kv.grow_all(seqs, i)
         if not seqs:
             # Cannot happen: add() rejects a request that would not fit an empty pool.
             raise RuntimeError(f"every running sequence was preempted ({preempted}); KV manager: {self.kv.describe()}")
-        return Batch(decode=seqs, decode_context_lens=[s.prompt_len + s.generated for s in seqs],
-                     preempted=preempted)
+        contexts = []
+        for s in seqs:
+            contexts += [s.prompt_len + s.generated] * s.width
+        return Batch(decode=seqs, decode_context_lens=contexts, preempted=preempted, swapped_out=swapped)
 
-    def _preempt(self, seq: Sequence) -> None:
+    def _preempt(self, seq: Sequence) -> bool:
+        """Preempt `seq` by the configured rule; True if it was swapped out, False if recomputed."""
+        swap = self.preemption == "swap" or (self.preemption == "auto" and seq.width > 1)
+        if swap and not self.kv.can_swap_out(seq):
+            if seq.width > 1:
+                raise RuntimeError(
+                    f"request {seq.id} ({seq.width} sequences) must be swapped out but the host pool cannot "
+                    f"hold it ({self.kv.describe()}); raise engine.swap_space")
+            swap = False   # one sequence: recompute it instead
         del self.running[seq.id]
-        self._stored -= seq.length
-        self.kv.free(seq)
-        seq.status = Status.WAITING
+        self._rows -= seq.width
+        self._stored -= seq.width * seq.length
         seq.preemptions += 1
-        self.waiting.appendleft(seq)
+        if swap:
+            self.kv.swap_out(seq)
+            seq.status = Status.SWAPPED
+            seq.swaps += 1
+            self.swapped.appendleft(seq)
+        else:
+            self.kv.free(seq)
+            seq.status = Status.WAITING
+            self.waiting.appendleft(seq)
+        return swap
+
+    def after_iteration(self, batch: Batch) -> None:
+        apply_forks(self.kv, batch)
 
     def held(self):
-        """The running sequences, in admission order (a live view)."""
+        """The running groups, in admission order (a live view)."""
         return self.running.values()
 
     def memory_split(self) -> MemorySplit:
@@ -103,6 +169,7 @@ class IterationScheduler:
         for seq in finished:
             seq.status = Status.FINISHED
             del self.running[seq.id]
-            self._stored -= seq.length
+            self._rows -= seq.width
+            self._stored -= seq.width * seq.length
             self.kv.free(seq)
         return finished

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import deque
 
 from engines.scheduling.admission import queue_or_reject
+from engines.scheduling.forks import apply_forks
 from engines.batch import Batch
 from engines.config import SchedulerLimits
 from engines.kv.memory_split import MemorySplit
@@ -25,6 +26,7 @@ from engines.sequence import Sequence, Status
 
 
 class StaticScheduler:
+    swapped = ()   # never preempts
     def __init__(self, kv, limits: SchedulerLimits):
         self.kv = kv   # a ContiguousKV with the MAX reservation
         self.limits = limits
@@ -47,17 +49,25 @@ class StaticScheduler:
             return self._prefill_chunk()
         live = [s for s in self.batch if not s.done]
         padding = [s for s in self.batch if s.done]
-        contexts = [s.length for s in live] + [s.length - 1 for s in padding]
-        return Batch(decode=live, decode_context_lens=contexts, padding=padding)
+        contexts = []
+        for s in live:
+            contexts += [s.length] * s.width
+        for s in padding:
+            contexts += [s.length - 1] * s.width
+        batch = Batch(decode=live, decode_context_lens=contexts, padding=padding)
+        self.kv.drain_into(batch)
+        return batch
 
     def _form_batch(self, now: float) -> bool:
-        while self.waiting and len(self.batch) < self.limits.max_num_seqs:
+        rows = 0
+        while self.waiting and rows + self.waiting[0].width <= self.limits.max_num_seqs:
             seq = self.waiting[0]
             if not self.kv.try_admit(seq):
                 break
             self.waiting.popleft()
             seq.status, seq.admitted_s = Status.RUNNING, now
             self.batch.append(seq)
+            rows += seq.width
         if not self.batch:
             return False
         self._padded_prompt = max(s.prompt_len for s in self.batch)
@@ -68,12 +78,17 @@ class StaticScheduler:
         per_chunk = max(1, self.limits.max_num_batched_tokens // self._padded_prompt)
         chunk = self.batch[self._prefilled:self._prefilled + per_chunk]
         self._prefilled += len(chunk)
-        return Batch(prefill=chunk, prefill_lens=[self._padded_prompt] * len(chunk))
+        batch = Batch(prefill=chunk, prefill_lens=[self._padded_prompt] * len(chunk))
+        self.kv.drain_into(batch)
+        return batch
 
     def _end_batch(self) -> None:
         for seq in self.batch:
             self.kv.free(seq)
         self.batch = []
+
+    def after_iteration(self, batch: Batch) -> None:
+        apply_forks(self.kv, batch)
 
     def held(self) -> list[Sequence]:
         return self.batch

@@ -17,7 +17,10 @@ row per sequence:
 - prefill attention over the prompt itself, causal: a sequence of L tokens has
   L * (L + 1) / 2 query-key pairs, each 4 * head_dim FLOPs per query head
   (QK^T and PV, 2 FLOPs per multiply-add): 2 * heads * head_dim * L * (L + 1).
-  Bytes: Q, K, V read, O written, K and V written to the cache.
+  Bytes: Q, K, V read, O written, K and V written to the cache. A prefill
+  after C cached tokens (a shared prefix) computes only its L new tokens,
+  each also attending over the C cached ones: L * C more pairs, and the
+  cached K and V read once.
 - decode attention: one query token over `ctx` context tokens (its own
   included): FLOPs 4 * ctx * heads * head_dim; bytes: the K and V of every
   context token, 2 * ctx * kv_heads * head_dim * dtype_bytes, plus its Q, O and
@@ -115,14 +118,18 @@ class CostModel:
         self._lm_weight_s = vocab * h / tp * dt * per_byte
         self._lm_io_s = (h + vocab / tp) * dt * per_byte
 
-    def iteration_time(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int]) -> float:
+    def iteration_time(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int],
+                       prefill_cached: Sequence[int] = ()) -> float:
         """Seconds one iteration takes on the whole tensor-parallel group.
 
         prefill_lens: the new tokens of each prefill sequence (its prompt, attended
         causally over itself). decode_context_lens: for each decode sequence, the
         context its one query token attends over, the new token included. All
-        lengths are positive ints.
+        lengths are positive ints. prefill_cached: per prefill sequence, tokens
+        already cached before its new ones (empty: none).
         """
+        if prefill_cached:
+            return sum(self.breakdown(prefill_lens, decode_context_lens, prefill_cached).values())
         n_prefill = len(prefill_lens)
         n_decode = len(decode_context_lens)
         rows = n_prefill + n_decode
@@ -153,17 +160,23 @@ class CostModel:
         t += compute if compute > memory else memory
         return t + tokens * (self._elementwise_s + self._all_reduce_s) + rows * self._gather_s
 
-    def breakdown(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int]) -> dict[str, float]:
+    def breakdown(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int],
+                  prefill_cached: Sequence[int] = ()) -> dict[str, float]:
         """iteration_time split into its terms (seconds); the values sum to it. For reports and tests."""
         if not len(prefill_lens) + len(decode_context_lens):
             raise ValueError("breakdown of an empty batch")
         rows = len(prefill_lens) + len(decode_context_lens)
         tokens = sum(prefill_lens) + len(decode_context_lens)
         pairs = sum(n * (n + 1) for n in prefill_lens)
+        cached = 0
+        if prefill_cached:
+            pairs += sum(2 * n * c for n, c in zip(prefill_lens, prefill_cached))
+            cached = sum(prefill_cached)
         ctx = sum(decode_context_lens)
         if self._block_tokens:
             ctx += self._block_tokens * blocks_read(decode_context_lens, self.block_size)
-        prefill = max(pairs * self._prefill_pair_s, sum(prefill_lens) * self._prefill_io_s)
+        prefill = max(pairs * self._prefill_pair_s, sum(prefill_lens) * self._prefill_io_s
+                      + cached * self._ctx_byte_s)
         decode = max(ctx * self._ctx_flop_s, ctx * self._ctx_byte_s + len(decode_context_lens) * self._decode_io_s)
         return {
             "linear": max(tokens * self._linear_flop_s, self._linear_weight_s + tokens * self._linear_io_s),

@@ -1,14 +1,23 @@
-"""The simulated executor: each iteration takes as long as the cost model says, on a virtual clock."""
+"""The simulated executor: each iteration takes as long as the cost model says, on a virtual clock.
+
+An iteration's time is the cost model's time for its batch, plus the KV
+data it moves first: device copies (copy-on-write, contiguous forks) and
+swaps (`TransferModel`). A beam search's surviving beams come from the
+seeded `BeamModel`.
+"""
 from __future__ import annotations
 
 from engines.batch import Batch
+from engines.sim.beam_model import BeamModel
 
 
 class SimExecutor:
     name = "sim"
 
-    def __init__(self, cost_model):
+    def __init__(self, cost_model, transfers=None, beams: BeamModel | None = None):
         self.cost_model = cost_model
+        self.transfers = transfers
+        self.beams = beams if beams is not None else BeamModel()
         self.clock = 0.0
 
     def now(self) -> float:
@@ -16,7 +25,22 @@ class SimExecutor:
 
     def execute(self, batch: Batch) -> float:
         """Advance the virtual clock by the iteration's modelled time; return that time."""
-        duration = self.cost_model.iteration_time(batch.prefill_lens, batch.decode_context_lens)
+        if batch.prefill_cached:
+            duration = self.cost_model.iteration_time(batch.computed_prefill_lens, batch.decode_context_lens,
+                                                      batch.prefill_cached)
+        else:
+            duration = self.cost_model.iteration_time(batch.prefill_lens, batch.decode_context_lens)
+        if batch.copy_tokens or batch.swap_out or batch.swap_in:
+            if self.transfers is None:
+                raise ValueError("this iteration moves KV data but the sim executor has no transfer model")
+            duration += self.transfers.copy_time(batch.copy_tokens)
+            duration += self.transfers.swap_time(len(batch.swap_out)) + self.transfers.swap_time(len(batch.swap_in))
+        for seq in batch.prefill:
+            if seq.beam:
+                seq.parents = [0] * seq.width
+        for seq in batch.decode:
+            if seq.beam:
+                seq.parents = self.beams.parents(seq.id, seq.width)
         self.clock += duration
         return duration
 

@@ -39,15 +39,22 @@ class LinearCostModel:
         self.model, self.hw, self.block_size = model, hw, block_size
         self.c = {t: float(fitted[t]) for t in TERMS}
 
-    def iteration_time(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int]) -> float:
+    def iteration_time(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int],
+                       prefill_cached: Sequence[int] = ()) -> float:
         rows = len(prefill_lens) + len(decode_context_lens)
         if rows == 0:
             raise ValueError("iteration_time of an empty batch: an idle engine should advance "
                              "its clock to the next arrival instead")
-        return sum(self.breakdown(prefill_lens, decode_context_lens).values())
+        return sum(self.breakdown(prefill_lens, decode_context_lens, prefill_cached).values())
 
-    def breakdown(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int]) -> dict[str, float]:
+    def breakdown(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int],
+                  prefill_cached: Sequence[int] = ()) -> dict[str, float]:
+        """Prefill after cached tokens C (a shared prefix): its L new tokens add L * C pairs, counted as
+        2 * L * C in the pair term's units (L * (L + 1) is twice the causal pairs)."""
         c = self.c
+        pairs = sum(n * (n + 1) for n in prefill_lens)
+        if prefill_cached:
+            pairs += sum(2 * n * k for n, k in zip(prefill_lens, prefill_cached))
         tokens = sum(prefill_lens) + len(decode_context_lens)
         ctx = sum(decode_context_lens)
         if self.block_size:
@@ -58,7 +65,7 @@ class LinearCostModel:
             "overhead": c["overhead_s"],
             "rows": c["per_row_s"] * (len(prefill_lens) + len(decode_context_lens)),
             "tokens": c["per_token_s"] * tokens,
-            "attention_prefill": c["prefill_pair_s"] * sum(n * (n + 1) for n in prefill_lens),
+            "attention_prefill": c["prefill_pair_s"] * pairs,
             "attention_decode": decode,
         }
 

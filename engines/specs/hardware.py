@@ -22,6 +22,10 @@ class HardwareSpec:
     # Paged decode attention reads each block at this many context tokens' cost on top of its tokens
     # (address translation, a load per block): the paged kernel's penalty, larger for small blocks.
     paged_block_cost_tokens: float = 0.0
+    # The host link swapping crosses (PCIe): bytes/s one way, and the fixed cost of one transfer (a block of
+    # one layer's K or V). 0: no link modelled; the sim then refuses to time a swap.
+    host_link_bandwidth: float = 0.0
+    host_transfer_latency_s: float = 0.0
     # A fitted preset (python -m engines.sim.fit): linear iteration-time terms measured on one model,
     # which replace the roofline; None for a datasheet preset.
     fitted: dict | None = None
@@ -40,7 +44,8 @@ class HardwareSpec:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
                 raise ValueError(f"hardware.{key} must be in (0, 1], got {value!r}")
-        for key in ("iteration_overhead_s", "paged_block_cost_tokens"):
+        for key in ("iteration_overhead_s", "paged_block_cost_tokens", "host_link_bandwidth",
+                    "host_transfer_latency_s"):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"hardware.{key} must be >= 0, got {value!r}")

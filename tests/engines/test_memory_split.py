@@ -90,17 +90,17 @@ def test_paged_grows_one_block_at_a_time():
     kv = PagedKV(16, block_size=4, watermark=0.0)
     a = seq(0, 3, 10, 0)
     assert kv.try_admit(a)                    # 3 prompt + 1 new token = 1 block
-    assert len(kv.block_tables[0]) == 1
+    assert len(kv.table(a)) == 1
     a.generated = 1                           # L = 4: the next token needs a second block
-    assert kv.grow(a) and len(kv.block_tables[0]) == 2
-    assert kv.grow(a) and len(kv.block_tables[0]) == 2
+    assert kv.grow(a) and len(kv.table(a)) == 2
+    assert kv.grow(a) and len(kv.table(a)) == 2
 
 
 def _holdings(kv, held):
     """What each held sequence holds, read from the manager's own tables: the per-sequence definition."""
     if isinstance(kv, PagedKV):
-        return [Holding(s.length, s.final_len, len(kv.block_tables[s.id]) * kv.block_size,
-                        len(kv.block_tables[s.id]) * kv.block_size) for s in held]
+        return [Holding(s.length, s.final_len, len(kv.table(s)) * kv.block_size,
+                        len(kv.table(s)) * kv.block_size) for s in held]
     regions = kv.arena.regions
     return [Holding(s.length, s.final_len, regions[s.id].requested, regions[s.id].taken) for s in held]
 

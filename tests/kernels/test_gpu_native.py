@@ -1,17 +1,26 @@
 """The kernels compiled for a CUDA device (no interpreter), on a wider grid than the CPU suite runs:
 every power-of-two block size to 256, head_dim 96, bf16, long contexts, the split heuristic, model-sized
-batches, and slots past 2^31 elements (int64 offsets)."""
+batches, slots past 2^31 elements (int64 offsets), and prefix prefill over long shared prefixes."""
 import pytest
 import torch
 
 from kernels import reference
 from tests.kernels.kv_cases import TOLERANCE, arena_cache, case_id, covering, decode_inputs, paged_cache
+from tests.kernels.test_prefix_prefill import prefix_inputs
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
 CASES = covering(2, block_size=[1, 2, 4, 8, 16, 32, 64, 128, 256], heads=[(8, 8), (32, 8), (8, 1), (12, 12)],
                  head_dim=[64, 80, 96, 128], longest=[1, 17, 1025, 4097], batch=[1, 7, 32],
                  dtype=[torch.float32, torch.float16, torch.bfloat16], num_splits=[1, 0, 4])
+# (context_lens, new tokens) per sequence
+PREFIX_LAYOUTS = {
+    "shared_prefix": ((1024,) * 4, (200, 1, 77, 513)),             # one long cached prompt, varied suffixes
+    "mixed": ((0, 4097, 17, 300), (129, 64, 1000, 1)),             # no context, a long one, long new runs
+    "batch": (tuple(range(0, 32 * 37, 37)), tuple(range(1, 32 * 5, 5))),   # 32 sequences, unaligned
+}
+PREFIX_CASES = covering(2, block_size=[1, 16, 32, 256], heads=[(8, 8), (32, 8), (8, 1)], head_dim=[64, 80, 96, 128],
+                        layout=list(PREFIX_LAYOUTS), dtype=[torch.float32, torch.float16, torch.bfloat16])
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +68,16 @@ def test_native_write_and_decode_past_2_pow_31_elements(triton_decode):
                                                  torch.zeros(1, dtype=torch.int64, device="cuda"),
                                                  x.context_lens, x.scale)
     torch.testing.assert_close(got, want, **TOLERANCE[torch.float16])
+
+
+@pytest.mark.parametrize("case", PREFIX_CASES, ids=case_id)
+def test_native_prefix_prefill_matches_reference(case):
+    from kernels import triton_prefix_prefill
+    from kernels.triton_launch import is_interpreted
+    assert not is_interpreted(triton_prefix_prefill._prefix_prefill_kernel), "TRITON_INTERPRET is set on a GPU machine"
+    num_heads, num_kv_heads = case["heads"]
+    context_lens, new_lens = PREFIX_LAYOUTS[case["layout"]]
+    x = prefix_inputs(context_lens, new_lens, num_heads, num_kv_heads, case["head_dim"], case["block_size"],
+                      case["dtype"], "cuda")
+    got = triton_prefix_prefill.prefix_prefill_attention(*x.args())
+    torch.testing.assert_close(got, reference.prefix_prefill_attention(*x.args()), **TOLERANCE[case["dtype"]])
