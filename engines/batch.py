@@ -26,6 +26,8 @@ class Batch:
     row: source start, destination start, tokens), `swap_out` (device block
     -> host block) and `swap_in` (host block -> device block). `copy_tokens`
     counts the token slots the two copy lists move, for the cost model.
+    `moves` lists the paged engine's block moves in the order they must run:
+    a block one move frees may be the destination of the next.
     """
 
     prefill: list[Sequence] = field(default_factory=list)
@@ -42,6 +44,8 @@ class Batch:
     copy_tokens: int = 0
     swap_out: list[tuple[int, int]] = field(default_factory=list)
     swap_in: list[tuple[int, int]] = field(default_factory=list)
+    # The paged engine's block moves in the order it decided them: ("copy" | "out" | "in", source, destination).
+    moves: list[tuple[str, int, int]] = field(default_factory=list)
 
     @property
     def is_prefill(self) -> bool:

@@ -50,7 +50,9 @@ class PagedKV:
         self._dup_will = 0
         self._prefix_slots = 0   # slots of the blocks the prefix cache keeps
         self._wide: dict[int, Sequence] = {}   # held groups of several rows
-        # Transfers for the next iteration: copy-on-write pairs, swap-out and swap-in pairs.
+        # Transfers for the next iteration: copy-on-write pairs, swap-out and swap-in pairs, and all of them
+        # in the order they were decided (a block freed by one may be the destination of a later one).
+        self._moves: list[tuple[str, int, int]] = []
         self._copies: list[tuple[int, int]] = []
         self._swap_out: list[tuple[int, int]] = []
         self._swap_in: list[tuple[int, int]] = []
@@ -201,6 +203,7 @@ class PagedKV:
                         return i
                     copy = pool.allocate()
                     self._copies.append((block, copy))
+                    self._moves.append(("copy", block, copy))
                     table[last] = copy
                     self._release(block, last, seq)
                 slots = len(table) * bs
@@ -250,6 +253,7 @@ class PagedKV:
         tables = self.block_tables.pop(seq.id)
         self._cached_tokens.pop(seq.id, None)
         moved = self._move(tables, self.cpu_pool, self._swap_out, self.cpu_tables, seq)
+        self._moves += [("out", a, b) for a, b in self._swap_out[-moved:]] if moved else []
         self._drop_rows(seq, tables)
         return moved
 
@@ -273,6 +277,7 @@ class PagedKV:
                 else:
                     mapping[block] = self.pool.allocate()
                     self._swap_in.append((block, mapping[block]))
+                    self._moves.append(("in", block, mapping[block]))
                 new.append(mapping[block])
             new_tables.append(new)
         for table in tables:
@@ -300,6 +305,8 @@ class PagedKV:
 
     def drain_into(self, batch) -> None:
         """Hand the copy-on-write, swap-out and swap-in block pairs queued since the last call to `batch`."""
+        if self._moves:
+            batch.moves, self._moves = self._moves, []
         if self._copies:
             batch.block_copies, batch.copy_tokens = self._copies, len(self._copies) * self.block_size
             self._copies = []

@@ -113,15 +113,21 @@ class RealExecutor:
 
     def _move_kv(self, batch: Batch) -> None:
         """The KV data the manager moved for this iteration, before its forward pass."""
-        if batch.swap_out:
-            swap_blocks(self.cache.k, self.cache.v, self.host.k, self.host.v, batch.swap_out)
-        if batch.swap_in:
-            swap_blocks(self.host.k, self.host.v, self.cache.k, self.cache.v, batch.swap_in)
-        if batch.block_copies:
-            src = self._tensor([a for a, _ in batch.block_copies], torch.int64)
-            dst = self._tensor([b for _, b in batch.block_copies], torch.int64)
-            for k, v in zip(self.cache.k, self.cache.v):
-                self.ops.copy_blocks(k, v, src, dst)
+        run: list[tuple[int, int]] = []
+        for i, (kind, src, dst) in enumerate(batch.moves):   # in order, each run of one kind at once
+            run.append((src, dst))
+            if i + 1 < len(batch.moves) and batch.moves[i + 1][0] == kind:
+                continue
+            if kind == "out":
+                swap_blocks(self.cache.k, self.cache.v, self.host.k, self.host.v, run)
+            elif kind == "in":
+                swap_blocks(self.host.k, self.host.v, self.cache.k, self.cache.v, run)
+            else:
+                a = self._tensor([p[0] for p in run], torch.int64)
+                b = self._tensor([p[1] for p in run], torch.int64)
+                for k, v in zip(self.cache.k, self.cache.v):
+                    self.ops.copy_blocks(k, v, a, b)
+            run = []
         if batch.region_copies:
             src = self._tensor([i for a, _, n in batch.region_copies for i in range(a, a + n)], torch.int64)
             dst = self._tensor([i for _, b, n in batch.region_copies for i in range(b, b + n)], torch.int64)

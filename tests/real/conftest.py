@@ -17,7 +17,8 @@ from engines.loop import run_engine
 from engines.specs.model import ModelSpec
 from engines.real.attention import register
 from engines.real.executor import RealExecutor
-from engines.real.kv_cache import allocate_kv
+from engines.real.kv_cache import KVCache, allocate_kv, bytes_per_slot
+from engines.real.swap import allocate_host_blocks
 from engines.real.model import build_model
 from kernels.ops import load_ops
 from workloads.request import Request
@@ -29,7 +30,7 @@ SPECS = {
                        ffn_size=96, vocab_size=101, max_seq_len=128),
 }
 ENGINES = {"static": dict(name="static"), "orca": dict(name="orca", reservation="oracle"),
-           "paged": dict(name="paged", block_size=4, watermark=0.0)}
+           "paged": dict(name="paged", block_size=4, watermark=0.0, swap_space=0.001)}
 
 
 @pytest.fixture(scope="module", params=sorted(SPECS))
@@ -43,19 +44,26 @@ def make_model(arch):
     return model
 
 
-def make_engine(model, spec, engine, capacity, keep_logits=False, max_num_batched_tokens=256, ops="torch"):
+def make_engine(model, spec, engine, capacity, keep_logits=False, max_num_batched_tokens=256, ops="torch",
+                temperature=0.0):
     limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max_num_batched_tokens)
     config = EngineConfig(**engine)
-    scheduler = build_scheduler(config, limits, capacity)
+    per_slot = bytes_per_slot(spec.num_layers, spec.num_kv_heads, spec.head_dim, torch.float32)
+    scheduler = build_scheduler(config, limits, capacity, per_slot)
     cache = allocate_kv(spec.num_layers, spec.num_kv_heads, spec.head_dim, capacity,
                         config.block_size if config.name == "paged" else None, torch.float32, torch.device("cpu"))
+    host = None
+    if getattr(scheduler.kv, "cpu_pool", None) is not None:
+        k, v = allocate_host_blocks(cache.k, scheduler.kv.cpu_pool.num_blocks)
+        host = KVCache(k, v, scheduler.kv.cpu_pool.num_blocks * config.block_size, per_slot)
     executor = RealExecutor(model, scheduler.kv, cache, load_ops(ops), torch.device("cpu"),
-                            keep_logits=keep_logits)
+                            temperature=temperature, keep_logits=keep_logits, host=host)
     return scheduler, cache, executor
 
 
-def serve(model, spec, engine, requests, capacity, capture=None, ops="torch"):
-    scheduler, cache, executor = make_engine(model, spec, engine, capacity, keep_logits=capture is not None, ops=ops)
+def serve(model, spec, engine, requests, capacity, capture=None, ops="torch", temperature=0.0):
+    scheduler, cache, executor = make_engine(model, spec, engine, capacity, keep_logits=capture is not None, ops=ops,
+                                             temperature=temperature)
     if capture is not None:
         inner = executor.execute
 
