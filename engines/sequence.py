@@ -56,10 +56,10 @@ class Sequence:
         self.output_len = self.request.output_len
         self.final_len = self.prompt_len + self.output_len
         r = self.request
-        self.width = max(r.n, r.beam_width)
+        self.width = r.width
         self.beam = r.beam_width > 1
         self.prefix_id = r.prefix_id
-        self.prefix_len = getattr(r, "prefix_len", 0) if r.prefix_id is not None else 0
+        self.prefix_len = r.prefix_len
         self.row_token_ids = [self.output_token_ids] + [[] for _ in range(self.width - 1)]
         self.beam_logprobs = [0.0] * self.width if self.beam else []
 

@@ -7,7 +7,9 @@
 #      outside reference, bandwidth against the measured copy ceiling  -> kernels/kernel_bench.{csv,json}
 #   4. a profile of the real backend's iterations (OPT-1.3B, fp16, random weights) and a fitted preset
 #      -> profile/opt-1.3b.parquet, conf/hardware/$PRESET.yaml
-#   5. the three engines on that model with the Triton kernels, on a short trace file, replayed through
+#   5. Figure 19a: swap-out / swap-in latency against block size (pinned host memory) beside the prefill
+#      that recomputation costs, and the host link fitted from it -> swap/swap_bench.{csv,json}
+#   6. the three engines on that model with the Triton kernels, on a short trace file, replayed through
 #      the sim with the fitted preset -> replay/replay.csv (sim vs real: per-iteration MAPE, throughput ...)
 # Everything lands in OUTDIR and, packed, in OUTDIR/gpu_check.tar.gz (one file to bring back).
 #
@@ -31,10 +33,12 @@ if [ "$DRY_RUN" = 1 ]; then
     MODEL=tiny; DTYPE=float32; PRESET=dry-run-fitted; PROFILE_ARGS="--quick --repeats 2"
     BENCH_ARGS="--batches 2 --context-lens 64 --block-sizes 8 16 --num-stages 0 2"; KV="backend.cpu_kv_budget_mib=64"
     PROFILE_LIMIT=400   # a CPU is slow; the GPU's limit is below
+    SWAP_TOKENS=256
     export TRITON_INTERPRET=1
 else
     MODEL="${MODEL:-opt-1.3b}"; DTYPE=float16; PRESET="${PRESET:-h200-opt-1.3b}"; PROFILE_ARGS=""
     BENCH_ARGS="--num-stages 0 2 4"; KV="backend.kv_budget_mib=2400"   # ~12,800 slots: 6 max_seq_len regions
+    SWAP_TOKENS=2048
     unset TRITON_INTERPRET   # the kernels must compile for the device
 fi
 
@@ -88,6 +92,7 @@ step kernel_bench 150 "$PY" -m tests.benchmarks.test_kernels --out "$OUTDIR/kern
 step profile "${PROFILE_LIMIT:-90}" "$PY" -m engines.real.profile --model "$MODEL" --dtype "$DTYPE" $PROFILE_ARGS \
     --out "$OUTDIR/profile/$MODEL.parquet"
 step fit 30 "$PY" -m engines.sim.fit "$OUTDIR/profile/$MODEL.parquet" --base h200 --name "$PRESET"
+step swap_bench 60 "$PY" -m tests.benchmarks.test_swap --model "$MODEL" --tokens "$SWAP_TOKENS" --out "$OUTDIR/swap"
 mkdir -p "$OUTDIR/preset" && cp "conf/hardware/$PRESET.yaml" "$OUTDIR/preset/" 2>/dev/null
 step replay 150 "$PY" -m results.replay "$TRACE" --model "$MODEL" --hardware "$PRESET" \
     --engines static,orca_max,paged --out "$OUTDIR/replay" --real "$KV"

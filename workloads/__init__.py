@@ -1,6 +1,6 @@
-"""Request traces for the benchmark: ShareGPT, Alpaca and synthetic workloads.
+"""Request traces for the benchmark: ShareGPT, Alpaca, chat, translation and synthetic workloads.
 
-Loaders (`sharegpt`, `alpaca`, `alpaca_synthetic`, `synthetic`), tokenizers
+Loaders (`sharegpt`, `chat`, `alpaca`, `alpaca_synthetic`, `translation`, `synthetic`), tokenizers
 and their cache, length filters, arrival processes, and `build_workload`,
 which turns a `WorkloadConfig` into a seeded, reproducible list of
 `Request`s. The first stage of the pipeline: imports nothing of `engines`,

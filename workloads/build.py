@@ -8,14 +8,16 @@ import numpy as np
 from workloads.alpaca import load_alpaca
 from workloads.alpaca_synthetic import synthetic_alpaca_pairs
 from workloads.arrivals import arrival_times, arrival_times_within
+from workloads.chat import load_chat
 from workloads.config import WorkloadConfig
 from workloads.filters import passes_filters
 from workloads.pairs import TokenizedPairs
 from workloads.request import Request
 from workloads.sharegpt import load_sharegpt
 from workloads.synthetic import synthetic_pairs
-from workloads.trace_file import read_trace, replay, trace_pairs
+from workloads.trace_file import read_trace, replay, row_sampling, trace_pairs
 from workloads.tokenizer import load_tokenizer
+from workloads.translation import prefix_len_for_shots, translation_pairs
 
 log = logging.getLogger("workloads")
 
@@ -36,19 +38,27 @@ def build_workload(cfg: WorkloadConfig) -> list[Request]:
     the pool is used up, so a long trace repeats pairs only after using every
     one. The first `num_requests` draws are the same whatever the arrival
     process. Ids are 0..n-1 in arrival order; each request keeps its pool
-    index (`pair_index`).
+    index (`pair_index`), its pair's shared prefix if it has one, and the
+    config's `n` and `beam_width` (a trace file's own, where it has them).
+    Outputs are cut to `max_output_len` before the filters.
     """
     if cfg.name == "trace":
         rows = read_trace(cfg.path)
+        n, beam_width = row_sampling(rows, cfg.n, cfg.beam_width, cfg.path)
         if cfg.arrival == "trace":
-            return replay(rows, trace_pairs(rows, np.random.default_rng([cfg.seed, PAIRS_STREAM])), cfg.path)
+            pairs = trace_pairs(rows, np.random.default_rng([cfg.seed, PAIRS_STREAM]), cfg.seed)
+            return replay(rows, cap_outputs(pairs, cfg.max_output_len), cfg.path, n, beam_width)
     arrival_rng = np.random.default_rng([cfg.seed, ARRIVAL_STREAM])
     if cfg.duration_s is not None:
         times = arrival_times_within(cfg.duration_s, cfg.arrival, cfg.request_rate, cfg.burstiness, arrival_rng)
     else:
         times = arrival_times(cfg.num_requests, cfg.arrival, cfg.request_rate, cfg.burstiness, arrival_rng)
-    pairs = (trace_pairs(rows, np.random.default_rng([cfg.seed, PAIRS_STREAM])) if cfg.name == "trace"
-             else load_pairs(cfg, len(times)))
+    if cfg.name == "trace":
+        pairs = trace_pairs(rows, np.random.default_rng([cfg.seed, PAIRS_STREAM]), cfg.seed)
+    else:
+        pairs = load_pairs(cfg, len(times))
+        n, beam_width = np.full(len(pairs), cfg.n), np.full(len(pairs), cfg.beam_width)
+    pairs = cap_outputs(pairs, cfg.max_output_len)
     if cfg.name == "synthetic":
         kept = np.arange(len(pairs))
     else:
@@ -69,8 +79,10 @@ def build_workload(cfg: WorkloadConfig) -> list[Request]:
         prompt = prompts.get(j)
         if prompt is None:
             prompt = prompts[j] = pairs.prompt(j)
+        prefix_id, prefix_len = pairs.prefix(j)
         out.append(Request(id=i, arrival_s=t, prompt_token_ids=prompt, output_len=int(pairs.output_lens[j]),
-                           pair_index=j))
+                           n=int(n[j]), beam_width=int(beam_width[j]), prefix_id=prefix_id,
+                           prefix_len=prefix_len, pair_index=j))
     return out
 
 
@@ -82,10 +94,28 @@ def draw_order(pool: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray
     return np.concatenate([rng.permutation(pool) for _ in range(rounds)])[:n]
 
 
+def cap_outputs(pairs: TokenizedPairs, max_output_len: int | None) -> TokenizedPairs:
+    """`pairs` with every output cut to at most `max_output_len` tokens (None: as they are)."""
+    if max_output_len is None:
+        return pairs
+    return TokenizedPairs(pairs.prompt_ids, pairs.prompt_offsets, np.minimum(pairs.output_lens, max_output_len),
+                          pairs.prefix_ids, pairs.prefix_lens)
+
+
 def load_pairs(cfg: WorkloadConfig, num_requests: int) -> TokenizedPairs:
     """Every pair the config's source offers, before filtering and sampling."""
     if cfg.name == "sharegpt":
         return load_sharegpt(cfg.path, load_tokenizer(cfg.tokenizer))
+    if cfg.name == "chat":
+        # The paper's rule: the history is cut to its last max_prompt_len tokens, never dropped for length.
+        return load_chat(cfg.path, load_tokenizer(cfg.tokenizer), cfg.max_prompt_len)
+    if cfg.name == "translation":
+        prefix_len = prefix_len_for_shots(cfg.num_shots)
+        if prefix_len + cfg.min_len > cfg.max_prompt_len:
+            raise ValueError(f"translation: a {cfg.num_shots}-shot prefix is {prefix_len} tokens, which leaves no "
+                             f"room for a sentence within max_prompt_len={cfg.max_prompt_len}")
+        return translation_pairs(num_requests, cfg.num_shots, cfg.num_prefixes, cfg.seed,
+                                 np.random.default_rng([cfg.seed, PAIRS_STREAM]))
     if cfg.name == "alpaca" and cfg.path is not None:
         return load_alpaca(cfg.path, load_tokenizer(cfg.tokenizer))
     if cfg.name == "alpaca":

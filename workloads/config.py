@@ -6,7 +6,8 @@ from dataclasses import dataclass, field, fields
 
 from workloads.length_dist import LengthDist
 
-NAMES = ("sharegpt", "alpaca", "synthetic", "trace")
+NAMES = ("sharegpt", "alpaca", "synthetic", "trace", "translation", "chat")
+GENERATED = ("synthetic", "translation")   # read no file
 ARRIVALS = ("offline", "poisson", "gamma", "trace")
 
 
@@ -28,6 +29,22 @@ class WorkloadConfig:
     trace, as the paper's: requests arrive over [0, duration_s), so their
     number follows from rate x duration and `num_requests` is not used. With
     it unset, the trace has exactly `num_requests` requests.
+
+    Every request samples `n` parallel outputs, or runs beam search with
+    `beam_width` beams (the paper's Figures 14-15); at most one of the two
+    is above 1. `max_output_len`, when set, cuts every output to at most
+    that many tokens (a cap, not a filter; None: no cap).
+
+    The translation workload (Figure 16, workloads/translation.py) is
+    generated, then filtered as a dataset's pairs: each prompt starts with
+    a `num_shots`-shot prefix (none for 0), one of `num_prefixes` distinct
+    prefixes, shared by every request that picked the same one.
+
+    The chat workload (Figure 17, workloads/chat.py) takes every assistant
+    reply in ShareGPT's conversations, with the whole conversation before it
+    as the prompt. Prompts are cut to their last `max_prompt_len` tokens
+    instead of being filtered out (the paper's rule), outputs to
+    `max_output_len`; `min_len` and `max_total_len` still filter.
     """
 
     name: str
@@ -44,6 +61,11 @@ class WorkloadConfig:
     burstiness: float = 1.0
     prompt_dist: LengthDist = field(default_factory=lambda: LengthDist(kind="fixed", value=512))
     output_dist: LengthDist = field(default_factory=lambda: LengthDist(kind="fixed", value=128))
+    max_output_len: int | None = None
+    n: int = 1
+    beam_width: int = 1
+    num_shots: int = 0
+    num_prefixes: int = 1
 
     def __post_init__(self) -> None:
         if self.name not in NAMES:
@@ -52,8 +74,8 @@ class WorkloadConfig:
         _check_int("seed", self.seed, minimum=0)
         if self.path is not None and (not isinstance(self.path, str) or not self.path):
             raise ValueError(f"path must be a non-empty string or None, got {self.path!r}")
-        if self.name == "synthetic" and self.path is not None:
-            raise ValueError(f"the synthetic workload reads no file, but path={self.path!r} was given")
+        if self.name in GENERATED and self.path is not None:
+            raise ValueError(f"the {self.name} workload reads no file, but path={self.path!r} was given")
         if self.name == "trace" and self.path is None:
             raise ValueError("workload=trace replays a trace file: set workload.path=FILE.jsonl or FILE.parquet")
         if not isinstance(self.tokenizer, str) or self.tokenizer in ("", "hf:"):
@@ -63,6 +85,10 @@ class WorkloadConfig:
         _check_int("min_len", self.min_len, minimum=1)
         _check_int("max_prompt_len", self.max_prompt_len, minimum=self.min_len)
         _check_int("max_total_len", self.max_total_len, minimum=2 * self.min_len)
+        if self.max_output_len is not None:
+            _check_int("max_output_len", self.max_output_len, minimum=self.min_len)
+        self._check_sampling()
+        self._check_prefixes()
         self._check_arrivals()
         for name in ("prompt_dist", "output_dist"):
             value = getattr(self, name)
@@ -70,6 +96,22 @@ class WorkloadConfig:
                 setattr(self, name, LengthDist.from_dict(value))
             elif not isinstance(value, LengthDist):
                 raise ValueError(f"{name} must be a LengthDist or a dict, got {type(value).__name__}")
+
+    def _check_sampling(self) -> None:
+        _check_int("n", self.n, minimum=1)
+        _check_int("beam_width", self.beam_width, minimum=1)
+        if self.n > 1 and self.beam_width > 1:
+            raise ValueError(f"a request is either parallel sampling (n > 1) or beam search (beam_width > 1), "
+                             f"not both; got n={self.n} beam_width={self.beam_width}")
+
+    def _check_prefixes(self) -> None:
+        _check_int("num_shots", self.num_shots, minimum=0)
+        _check_int("num_prefixes", self.num_prefixes, minimum=1)
+        if self.name != "translation" and self.num_shots != 0:
+            raise ValueError(f"num_shots={self.num_shots} only applies to workload=translation, not {self.name!r}")
+        if self.num_prefixes != 1 and (self.name != "translation" or self.num_shots == 0):
+            raise ValueError(f"num_prefixes={self.num_prefixes} needs shared prefixes to choose from: "
+                             "workload=translation with num_shots >= 1")
 
     def _check_arrivals(self) -> None:
         if self.arrival not in ARRIVALS:

@@ -5,6 +5,9 @@ back to back, an offsets array (prompt i is ids[offsets[i]:offsets[i+1]]),
 and the completion lengths. That is what the disk cache holds and what the
 filters read, without building a Python tuple per prompt until a request is
 actually made.
+
+A generated pool may also say which prompts start with a shared prefix
+(`prefix_ids`, `prefix_lens`); the dataset loaders and the cache have none.
 """
 from __future__ import annotations
 
@@ -22,6 +25,8 @@ class TokenizedPairs:
     prompt_ids: np.ndarray  # [total prompt tokens] int32
     prompt_offsets: np.ndarray  # [num_pairs + 1] int64, starts at 0
     output_lens: np.ndarray  # [num_pairs] int32
+    prefix_ids: np.ndarray | None = None   # [num_pairs] int64, -1 where the prompt has no shared prefix
+    prefix_lens: np.ndarray | None = None  # [num_pairs] int64, 0 where it has none
 
     def __post_init__(self) -> None:
         if self.prompt_offsets.ndim != 1 or len(self.prompt_offsets) != len(self.output_lens) + 1:
@@ -33,6 +38,15 @@ class TokenizedPairs:
             raise ValueError("prompt_offsets must start at 0 and end at len(prompt_ids)")
         if np.any(np.diff(self.prompt_offsets) < 0):
             raise ValueError("prompt_offsets must be non-decreasing")
+        if (self.prefix_ids is None) != (self.prefix_lens is None):
+            raise ValueError("prefix_ids and prefix_lens go together: give both or neither")
+        if self.prefix_ids is not None:
+            if self.prefix_ids.shape != self.output_lens.shape or self.prefix_lens.shape != self.output_lens.shape:
+                raise ValueError(f"prefix_ids and prefix_lens need one entry per pair ({len(self.output_lens)})")
+            if np.any(self.prefix_lens < 0) or np.any((self.prefix_ids >= 0) != (self.prefix_lens > 0)):
+                raise ValueError("a pair with a prefix_id >= 0 needs a prefix_len > 0, one without needs 0")
+            if np.any(self.prefix_lens >= np.maximum(self.prompt_lens, 1)):
+                raise ValueError("a shared prefix must be shorter than its prompt")
 
     def __len__(self) -> int:
         return len(self.output_lens)
@@ -45,6 +59,12 @@ class TokenizedPairs:
         start, end = self.prompt_offsets[i], self.prompt_offsets[i + 1]
         return tuple(self.prompt_ids[start:end].tolist())
 
+    def prefix(self, i: int) -> tuple[int | None, int]:
+        """(prefix_id, prefix_len) of pair i: (None, 0) when its prompt has no shared prefix."""
+        if self.prefix_ids is None or self.prefix_ids[i] < 0:
+            return None, 0
+        return int(self.prefix_ids[i]), int(self.prefix_lens[i])
+
     @classmethod
     def from_lists(cls, prompts: list[list[int]], output_lens: list[int]) -> TokenizedPairs:
         lens = np.fromiter((len(p) for p in prompts), dtype=np.int64, count=len(prompts))
@@ -55,11 +75,26 @@ class TokenizedPairs:
 
 
 def tokenize_pairs(pairs: list[tuple[str, str]], tokenizer) -> TokenizedPairs:
-    """Prompt token ids and completion token counts for every pair, in order."""
-    prompts: list[list[int]] = []
-    output_lens: list[int] = []
+    """Prompt token ids and completion token counts for every pair, in order.
+
+    Each chunk's ids become an int32 array at once: Python lists of ids take
+    ~36 bytes a token, and the chat workload's histories run to tens of
+    millions of tokens."""
+    chunks: list[TokenizedPairs] = []
     for start in range(0, len(pairs), TOKENIZE_CHUNK):
         chunk = pairs[start:start + TOKENIZE_CHUNK]
-        prompts.extend(tokenizer.encode_batch([p for p, _ in chunk]))
-        output_lens.extend(len(ids) for ids in tokenizer.encode_batch([c for _, c in chunk]))
-    return TokenizedPairs.from_lists(prompts, output_lens)
+        prompts = tokenizer.encode_batch([p for p, _ in chunk])
+        output_lens = [len(ids) for ids in tokenizer.encode_batch([c for _, c in chunk])]
+        chunks.append(TokenizedPairs.from_lists(prompts, output_lens))
+    return concat_pairs(chunks)
+
+
+def concat_pairs(parts: list[TokenizedPairs]) -> TokenizedPairs:
+    """The pairs of `parts` back to back (without prefixes: only the loaders use it)."""
+    if not parts:
+        return TokenizedPairs.from_lists([], [])
+    lens = np.concatenate([p.prompt_lens for p in parts])
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    return TokenizedPairs(np.concatenate([p.prompt_ids for p in parts]).astype(np.int32, copy=False), offsets,
+                          np.concatenate([p.output_lens for p in parts]).astype(np.int32, copy=False))

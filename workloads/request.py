@@ -9,9 +9,17 @@ class Request:
     """A request as the engines see it.
 
     `output_len` is the true number of tokens this request generates (EOS is
-    ignored, as in vLLM's throughput benchmark). The tags `n`, `beam_width`
-    and `prefix_id` are carried for parallel sampling, beam search and shared
-    prefixes; the engines of this release serve n = beam_width = 1.
+    ignored, as in vLLM's throughput benchmark), per sequence.
+
+    Sampling: `n` > 1 asks for n parallel samples of the same prompt,
+    `beam_width` > 1 for beam search with that many beams; a request is one
+    or the other, never both, and `width` is the number of sequences it runs.
+
+    Shared prefix: when `prefix_id` is set, the first `prefix_len` tokens of
+    `prompt_token_ids` are a prefix identical, token for token, in every
+    request of the trace with the same `prefix_id` (a few-shot prompt, say),
+    so an engine may keep its KV once and share it; the rest of the prompt
+    is the request's own.
     """
 
     id: int
@@ -21,6 +29,7 @@ class Request:
     n: int = 1
     beam_width: int = 1
     prefix_id: int | None = None
+    prefix_len: int = 0              # tokens at the start of the prompt shared by every request with this prefix_id
     pair_index: int | None = None   # which pair of the dataset's filtered pool it was drawn from
 
     def __post_init__(self) -> None:
@@ -31,7 +40,19 @@ class Request:
         if self.arrival_s < 0:
             raise ValueError(f"request {self.id}: arrival_s must be >= 0, got {self.arrival_s}")
         if self.n < 1 or self.beam_width < 1:
-            raise ValueError(f"request {self.id}: n and beam_width must be >= 1")
+            raise ValueError(f"request {self.id}: n and beam_width must be >= 1, got n={self.n} "
+                             f"beam_width={self.beam_width}")
+        if self.n > 1 and self.beam_width > 1:
+            raise ValueError(f"request {self.id}: a request is either parallel sampling (n > 1) or beam search "
+                             f"(beam_width > 1), not both; got n={self.n} beam_width={self.beam_width}")
+        if self.prefix_id is not None and self.prefix_id < 0:
+            raise ValueError(f"request {self.id}: prefix_id must be None or >= 0, got {self.prefix_id}")
+        if not 0 <= self.prefix_len < len(self.prompt_token_ids):
+            raise ValueError(f"request {self.id}: prefix_len must be >= 0 and shorter than the prompt "
+                             f"({len(self.prompt_token_ids)} tokens), got {self.prefix_len}")
+        if (self.prefix_len > 0) != (self.prefix_id is not None):
+            raise ValueError(f"request {self.id}: a shared prefix needs both a prefix_id and a prefix_len > 0, "
+                             f"got prefix_id={self.prefix_id} prefix_len={self.prefix_len}")
 
     @property
     def prompt_len(self) -> int:
@@ -39,5 +60,10 @@ class Request:
 
     @property
     def total_len(self) -> int:
-        """Prompt plus every generated token: the KV slots the request ends up holding."""
+        """Prompt plus every generated token of one sequence: the KV slots it ends up holding with width 1."""
         return self.prompt_len + self.output_len
+
+    @property
+    def width(self) -> int:
+        """Sequences the request runs: its n parallel samples or its beam_width beams (1 for neither)."""
+        return max(self.n, self.beam_width)

@@ -1,4 +1,4 @@
-"""Synthetic pairs: lengths drawn from the config's distributions, random token ids."""
+"""Synthetic pairs: lengths drawn from the config's distributions, random token ids; shared prefixes' ids."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,6 +7,7 @@ from workloads.length_dist import LengthDist
 from workloads.pairs import TokenizedPairs
 
 VOCAB_SIZE = 50_257  # GPT-2 / OPT vocabulary; ids are uniform in [0, VOCAB_SIZE)
+PREFIX_STREAM = 3    # np.random.default_rng([seed, PREFIX_STREAM, prefix_id]) makes a shared prefix
 
 
 def synthetic_pairs(
@@ -20,3 +21,10 @@ def synthetic_pairs(
     np.cumsum(prompt_lens, out=offsets[1:])
     ids = rng.integers(0, VOCAB_SIZE, size=int(offsets[-1]), dtype=np.int32)
     return TokenizedPairs(ids, offsets, output_lens.astype(np.int32))
+
+
+def shared_prefix_ids(seed: int, prefix_id: int, length: int) -> np.ndarray:
+    """The token ids of shared prefix `prefix_id`: the same for a given (seed, prefix_id) wherever it is
+    made, and the shorter prefix of a longer one's. Its own stream, apart from build.py's (1, 2)."""
+    return np.random.default_rng([seed, PREFIX_STREAM, prefix_id]).integers(0, VOCAB_SIZE, size=length,
+                                                                            dtype=np.int32)

@@ -1,4 +1,4 @@
-"""Summary statistics of a trace: length percentiles, token totals, arrival rate."""
+"""Summary statistics of a trace: length percentiles, token totals, arrival rate, sampling and prefixes."""
 from __future__ import annotations
 
 import math
@@ -14,7 +14,10 @@ def trace_stats(requests: list[Request]) -> dict:
     """Count, length percentiles, total tokens, arrival span and offered rate.
 
     `offered_rate` is (count - 1) / duration: n requests span n - 1 gaps.
-    It is inf when every request arrives at once (offline).
+    It is inf when every request arrives at once (offline). `n_max` and
+    `beam_width_max` are the widest sampling; `prefixed` counts the requests
+    with a shared prefix, `distinct_prefixes` their prefix ids and
+    `prefix_len_mean` their prefixes' mean length (0 without any).
     """
     if not requests:
         raise ValueError("trace_stats needs at least one request")
@@ -34,6 +37,12 @@ def trace_stats(requests: list[Request]) -> dict:
     drawn = [r.pair_index for r in requests if r.pair_index is not None]
     stats["distinct_pairs"] = len(set(drawn)) if drawn else len(requests)
     stats["offered_rate"] = (len(requests) - 1) / duration if duration > 0 else math.inf
+    stats["n_max"] = max(r.n for r in requests)
+    stats["beam_width_max"] = max(r.beam_width for r in requests)
+    prefixed = [r for r in requests if r.prefix_id is not None]
+    stats["prefixed"] = len(prefixed)
+    stats["distinct_prefixes"] = len({r.prefix_id for r in prefixed})
+    stats["prefix_len_mean"] = float(np.mean([r.prefix_len for r in prefixed])) if prefixed else 0.0
     return stats
 
 
@@ -47,6 +56,11 @@ def format_stats(stats: dict, name: str) -> str:
             f"  {kind:<6} len  mean {stats[f'{kind}_mean']:8.2f}  p50 {stats[f'{kind}_p50']:6.0f}  "
             f"p90 {stats[f'{kind}_p90']:6.0f}  p99 {stats[f'{kind}_p99']:6.0f}  max {stats[f'{kind}_max']:6d}"
         )
+    if stats.get("n_max", 1) > 1 or stats.get("beam_width_max", 1) > 1:
+        lines.append(f"  sampling    n up to {stats['n_max']}, beam width up to {stats['beam_width_max']}")
+    if stats.get("prefixed"):
+        lines.append(f"  prefixes    {stats['prefixed']} requests share {stats['distinct_prefixes']} prefix(es) of "
+                     f"{stats['prefix_len_mean']:.1f} tokens on average")
     if math.isinf(stats["offered_rate"]):
         lines.append("  arrivals    all at t=0 (offline)")
     else:

@@ -52,3 +52,11 @@ def test_synthetic_traces_are_not_filtered():
     })
     trace = build_workload(cfg)
     assert [(r.prompt_len, r.output_len) for r in trace] == [(1, 3000)] * 5
+
+
+def test_max_output_len_cuts_outputs_before_the_filters(write_sharegpt):
+    path = str(write_sharegpt([(10, 5), (10, 50), (10, 2100)]))
+    uncapped = build_workload(WorkloadConfig(name="sharegpt", path=path, num_requests=3))
+    assert {r.output_len for r in uncapped} == {5, 50}   # 10 + 2100 > 2048: dropped
+    capped = build_workload(WorkloadConfig(name="sharegpt", path=path, num_requests=3, max_output_len=20))
+    assert sorted(r.output_len for r in capped) == [5, 20, 20]   # a cut, so the long pair now passes

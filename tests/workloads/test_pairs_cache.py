@@ -6,6 +6,7 @@ import pytest
 
 import workloads.alpaca
 import workloads.cache
+import workloads.pairs
 import workloads.sharegpt
 from workloads.alpaca import load_alpaca
 from workloads.cache import cache_key
@@ -129,3 +130,34 @@ def test_tokenized_pairs_layout():
 def test_tokenized_pairs_validation(ids, offsets, lens, message):
     with pytest.raises(ValueError, match=message):
         TokenizedPairs(np.array(ids, np.int32), np.array(offsets, np.int64), np.array(lens, np.int32))
+
+
+def test_tokenizing_in_chunks_gives_the_same_pairs(monkeypatch):
+    texts = [(" ".join("w" * (i % 5 + 1) for _ in range(i % 7)), "x " * (i % 3 + 1)) for i in range(23)]
+    whole = tokenize_pairs(texts, WordTokenizer())
+    monkeypatch.setattr(workloads.pairs, "TOKENIZE_CHUNK", 4)
+    tokenizer = WordTokenizer()
+    assert same(tokenize_pairs(texts, tokenizer), whole) and tokenizer.calls == 2 * 6
+    assert len(tokenize_pairs([], WordTokenizer())) == 0
+
+
+def test_prefix_tags_of_pairs():
+    plain = TokenizedPairs.from_lists([[1, 2, 3]], [4])
+    assert plain.prefix(0) == (None, 0)
+    tagged = TokenizedPairs(plain.prompt_ids, plain.prompt_offsets, plain.output_lens,
+                            np.array([5], np.int64), np.array([2], np.int64))
+    assert tagged.prefix(0) == (5, 2)
+
+
+@pytest.mark.parametrize("ids, lens, message", [
+    ([0], None, "go together"),
+    ([0, 1], [1, 1], "one entry per pair"),
+    ([0], [0], "needs a prefix_len > 0"),
+    ([-1], [2], "needs a prefix_len > 0"),
+    ([0], [3], "shorter than its prompt"),
+])
+def test_prefix_tags_validation(ids, lens, message):
+    plain = TokenizedPairs.from_lists([[1, 2, 3]], [4])
+    with pytest.raises(ValueError, match=message):
+        TokenizedPairs(plain.prompt_ids, plain.prompt_offsets, plain.output_lens, np.array(ids, np.int64),
+                       None if lens is None else np.array(lens, np.int64))

@@ -79,3 +79,28 @@ def test_runs_as_a_module(cache_dir):
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("alpaca_synthetic: 20 requests")
     assert "RuntimeWarning" not in done.stderr
+
+
+def test_stats_of_sampling_and_shared_prefixes():
+    trace = [Request(0, 0.0, (1, 2, 3, 4), 2, n=4, prefix_id=0, prefix_len=3),
+             Request(1, 1.0, (1, 2, 3, 5, 6), 2, prefix_id=0, prefix_len=3),
+             Request(2, 2.0, (7, 8, 9), 2, prefix_id=1, prefix_len=1), request(3, 3.0, 5, 2)]
+    stats = trace_stats(trace)
+    assert (stats["n_max"], stats["beam_width_max"]) == (4, 1)
+    assert (stats["prefixed"], stats["distinct_prefixes"], stats["prefix_len_mean"]) == (3, 2, pytest.approx(7 / 3))
+    lines = format_stats(stats, "x").splitlines()
+    assert "n up to 4, beam width up to 1" in lines[3]
+    assert "3 requests share 2 prefix(es) of 2.3 tokens" in lines[4] and len(lines) == 6
+
+
+@pytest.mark.parametrize("argv, first_line", [
+    (["translation", "num_shots=5", "num_requests=30"], "translation: 30 requests"),
+    (["chat", f"path={Path(__file__).resolve().parents[1] / 'data' / 'sharegpt_small.json'}", "num_requests=4"],
+     "chat: 4 requests"),
+])
+def test_command_prints_the_new_workloads(capsys, argv, first_line):
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(first_line)
+    if argv[0] == "translation":
+        assert "30 requests share 1 prefix(es) of 341.0 tokens" in out

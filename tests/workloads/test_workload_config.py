@@ -25,7 +25,7 @@ def test_label_marks_synthetic_alpaca():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"name": "wmt"}, r"one of \['sharegpt', 'alpaca', 'synthetic', 'trace'\]"),
+        ({"name": "wmt"}, r"one of \['sharegpt', 'alpaca', 'synthetic', 'trace', 'translation', 'chat'\]"),
         ({"name": "sharegpt", "arrival": "bursty"}, r"one of \['offline', 'poisson', 'gamma', 'trace'\]"),
         ({"name": "sharegpt", "num_requests": 0}, "num_requests must be >= 1"),
         ({"name": "sharegpt", "num_requests": -5}, "num_requests must be >= 1"),
@@ -47,6 +47,19 @@ def test_label_marks_synthetic_alpaca():
         ({"name": "sharegpt", "arrival": "poisson", "request_rate": 1.0, "burstiness": 0.5}, "only applies to arrival='gamma'"),
         ({"name": "sharegpt", "arrival": "gamma", "request_rate": 1.0, "burstiness": 0.0}, "burstiness must be finite and > 0"),
         ({"name": "synthetic", "prompt_dist": 5}, "prompt_dist must be a LengthDist"),
+        ({"name": "sharegpt", "n": 0}, "n must be >= 1"),
+        ({"name": "sharegpt", "n": 2.0}, "n must be an integer"),
+        ({"name": "sharegpt", "beam_width": 0}, "beam_width must be >= 1"),
+        ({"name": "sharegpt", "beam_width": True}, "beam_width must be an integer"),
+        ({"name": "sharegpt", "n": 2, "beam_width": 4}, r"either parallel sampling \(n > 1\) or beam search"),
+        ({"name": "sharegpt", "max_output_len": 3}, "max_output_len must be >= 4"),
+        ({"name": "sharegpt", "max_output_len": 10.5}, "max_output_len must be an integer"),
+        ({"name": "sharegpt", "num_shots": 1}, "num_shots=1 only applies to workload=translation"),
+        ({"name": "translation", "num_shots": -1}, "num_shots must be >= 0"),
+        ({"name": "translation", "num_shots": 1, "num_prefixes": 0}, "num_prefixes must be >= 1"),
+        ({"name": "translation", "num_prefixes": 2}, "num_prefixes=2 needs shared prefixes"),
+        ({"name": "chat", "num_prefixes": 2}, "num_prefixes=2 needs shared prefixes"),
+        ({"name": "translation", "path": "wmt16.json"}, "translation workload reads no file"),
     ],
 )
 def test_invalid_configs_say_what_is_wrong(kwargs, message):
@@ -108,11 +121,31 @@ def test_invalid_length_dists(kwargs, message):
         LengthDist(**kwargs)
 
 
-@pytest.mark.parametrize("name", ["sharegpt", "alpaca", "synthetic"])
+@pytest.mark.parametrize("name", ["sharegpt", "alpaca", "synthetic", "translation", "chat"])
 def test_every_workload_yaml_builds_a_config(name):
     container = OmegaConf.to_container(OmegaConf.load(CONF_DIR / f"{name}.yaml"), resolve=True)
     cfg = WorkloadConfig.from_dict(container)
     assert cfg.name == name
     assert cfg.seed == 0 and cfg.arrival == "offline" and cfg.request_rate == math.inf
+    assert cfg.n == 1 and cfg.beam_width == 1
     if name == "sharegpt":
         assert cfg.num_requests == 1000
+    if name == "translation":
+        assert (cfg.num_shots, cfg.num_prefixes, cfg.path) == (1, 1, None)
+    if name == "chat":   # the paper's Figure 17: last 1024 prompt tokens, at most 1024 generated
+        assert (cfg.max_prompt_len, cfg.max_output_len, cfg.path) == (1024, 1024, None)
+    else:
+        assert cfg.max_output_len is None
+
+
+@pytest.mark.parametrize("name", ["sharegpt", "alpaca", "synthetic", "trace", "translation", "chat"])
+def test_every_workload_yaml_states_the_sampling_fields(name):
+    text = (CONF_DIR / f"{name}.yaml").read_text()
+    assert "\nn: 1 " in text and "\nbeam_width: 1 " in text
+
+
+def test_sampling_and_prefix_defaults():
+    cfg = WorkloadConfig(name="sharegpt")
+    assert (cfg.n, cfg.beam_width, cfg.num_shots, cfg.num_prefixes, cfg.max_output_len) == (1, 1, 0, 1, None)
+    assert WorkloadConfig(name="alpaca", beam_width=6).beam_width == 6
+    assert WorkloadConfig(name="translation", num_shots=5, num_prefixes=4).num_prefixes == 4
