@@ -18,7 +18,9 @@ ROWS = (
      lambda s: f"{s['norm_latency_s_mean']:.4f} / {s['norm_latency_s_p50']:.4f} / {s['norm_latency_s_p99']:.4f}"),
     ("TTFT mean/p99 (s)", lambda s: f"{s['ttft_s_mean']:.3f} / {s['ttft_s_p99']:.3f}"),
     ("TPOT mean/p99 (s)", lambda s: f"{s['tpot_s_mean']:.4f} / {s['tpot_s_p99']:.4f}"),
-    ("preemptions", lambda s: f"{s['num_preemptions']}"),
+    ("KV memory saved by sharing %", lambda s: f"{100 * s['memory_saving']:.1f}"),
+    ("preemptions (of them swapped out)", lambda s: f"{s['num_preemptions']} ({s['num_swap_outs']})"),
+    ("KV tokens copied / blocks swapped", lambda s: f"{s['num_copied_tokens']} / {s['num_swapped_blocks']}"),
     ("iterations", lambda s: f"{s['num_iterations']}"),
 )
 

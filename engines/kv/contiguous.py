@@ -71,7 +71,11 @@ class ContiguousKV:
         return True
 
     def prefilled(self, seq: Sequence) -> None:
-        """Nothing to do after a prefill: a group's prompt reaches its other rows by `fork`."""
+        """Nothing to do after a prefill: no prefix is cached across requests."""
+
+    def share_prompt(self, seq: Sequence) -> None:
+        """After a group's prefill into row 0's region: copy the prompt into every other row's region."""
+        self.fork(seq, [0] * seq.width)
 
     def fork(self, seq: Sequence, parents: list[int]) -> None:
         """After a step of a group: row i continues row parents[i], so every row whose parent is another

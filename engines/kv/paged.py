@@ -139,18 +139,22 @@ class PagedKV:
                                f"it must be swapped")
         bs = self.block_size
         cached = self.prefix_blocks.get(seq.prefix_id, ()) if seq.prefix_id is not None else ()
-        need = blocks_for(seq.length + 1, bs) - len(cached)
-        if need + self.watermark_blocks > self.pool.num_free:
+        shared = blocks_for(seq.length, bs) - len(cached)       # the prompt's blocks, which every row shares
+        own = 1 if seq.length % bs == 0 else 0                  # the produced token starts a block: one per row
+        if shared + own * seq.width + self.watermark_blocks > self.pool.num_free:
             return False
         table = list(cached)
         for index, block in enumerate(cached):
             self._share(block, index, seq)
-        table += [self.pool.allocate() for _ in range(need)]
+        table += [self.pool.allocate() for _ in range(shared)]
         tables = [table]
         for _ in range(seq.width - 1):
             tables.append(list(table))
             for index, block in enumerate(table):
                 self._share(block, index, seq)
+        if own:
+            for row in tables:
+                row.append(self.pool.allocate())
         self.block_tables[seq.id] = tables
         self._add_rows(seq, tables)
         if cached:
@@ -195,17 +199,9 @@ class PagedKV:
         for i in range(start, len(seqs)):
             seq = seqs[i]
             length = seq.prompt_len + seq.generated
-            for table in tables[seq.id]:
-                last = (length - 1) // bs
-                block = table[last]
-                if refs[block] > 1:
-                    if pool.num_free == 0:
-                        return i
-                    copy = pool.allocate()
-                    self._copies.append((block, copy))
-                    self._moves.append(("copy", block, copy))
-                    table[last] = copy
-                    self._release(block, last, seq)
+            rows = tables[seq.id]
+            if len(rows) == 1:                     # one row: no block of it at length - 1 is shared
+                table = rows[0]
                 slots = len(table) * bs
                 if length < slots:
                     continue
@@ -215,7 +211,44 @@ class PagedKV:
                 final = seq.final_len
                 self._will_fill += min(slots + bs, final) - min(slots, final)
                 self._logical_slots += bs
+                continue
+            # A group is readied whole or not at all: count what it needs before taking anything.
+            if self._group_needs(rows, length) > pool.num_free:
+                return i
+            last = (length - 1) // bs
+            for table in rows:
+                block = table[last]
+                if refs[block] > 1:
+                    copy = pool.allocate()
+                    self._copies.append((block, copy))
+                    self._moves.append(("copy", block, copy))
+                    table[last] = copy
+                    self._release(block, last, seq)
+                slots = len(table) * bs
+                if length >= slots:
+                    table.append(pool.allocate())
+                    final = seq.final_len
+                    self._will_fill += min(slots + bs, final) - min(slots, final)
+                    self._logical_slots += bs
         return len(seqs)
+
+    def _group_needs(self, rows: list[list[int]], length: int) -> int:
+        """Blocks a group's decode step takes: a copy for each row writing into a block still shared after
+        the rows before it copied theirs, and a new block for each full table."""
+        bs, refs = self.block_size, self.pool.ref_counts
+        last = (length - 1) // bs
+        writers: dict[int, int] = {}
+        need = 0
+        for table in rows:
+            writers[table[last]] = writers.get(table[last], 0) + 1
+            if length >= len(table) * bs:
+                need += 1
+        for block, count in writers.items():
+            need += min(count, refs[block] - 1)
+        return need
+
+    def share_prompt(self, seq: Sequence) -> None:
+        """After a group's prefill: nothing to do, its rows have shared the prompt's blocks since admission."""
 
     def fork(self, seq: Sequence, parents: list[int]) -> None:
         """Re-form the rows after a beam step: new row i continues row parents[i], sharing its blocks."""
@@ -258,7 +291,9 @@ class PagedKV:
         return moved
 
     def can_swap_in(self, seq: Sequence, watermark: bool = True) -> bool:
-        need = len(self._distinct(self.cpu_tables[seq.id]))
+        """Room for the group's blocks and for its next decode step (a copy and a new block per row at most),
+        above the watermark unless told otherwise."""
+        need = len(self._distinct(self.cpu_tables[seq.id])) + 2 * seq.width
         return need + (self.watermark_blocks if watermark else 0) <= self.pool.num_free
 
     def swap_in(self, seq: Sequence) -> int:

@@ -11,7 +11,7 @@ def apply_forks(kv, batch: Batch) -> None:
     for seq in batch.prefill:
         kv.prefilled(seq)
         if seq.width > 1:
-            kv.fork(seq, seq.parents if seq.parents is not None else [0] * seq.width)
+            kv.share_prompt(seq)   # every row (sample or beam) continues the one prompt
             seq.parents = None
     for seq in batch.decode:
         if seq.parents is not None:

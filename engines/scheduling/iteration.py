@@ -56,30 +56,33 @@ class IterationScheduler:
         return bool(self.waiting or self.running or self.swapped)
 
     def schedule(self, now: float) -> Batch | None:
-        swapped_in = self._swap_in() if self.swapped else 0
-        batch = None if self.swapped or swapped_in else self._admit(now)
+        # New requests wait while any swapped group does: those come back first (in the decode step).
+        batch = None if self.swapped else self._admit(now)
         if batch is None:
             batch = self._decode()
         if batch is not None:
-            batch.swapped_in = swapped_in
             self._stored += batch.num_rows   # each advancing row stores the token it produces
             self.kv.drain_into(batch)
         return batch
 
-    def _swap_in(self) -> int:
-        """Bring swapped groups back, oldest first, while the pool and the sequence limit allow."""
+    def _swap_in(self, seqs: list[Sequence]) -> int:
+        """After the running groups are readied for the step: bring swapped groups back, oldest first, while
+        the pool (with room for their step) and the sequence limit allow; they join `seqs`, readied."""
         back = 0
         while self.swapped:
             seq = self.swapped[0]
             if self._rows + seq.width > self.limits.max_num_seqs:
                 break
             # With nothing running, the watermark has nothing to protect: never leave the queue stuck.
-            if not self.kv.can_swap_in(seq, watermark=bool(self.running)):
+            if not self.kv.can_swap_in(seq, watermark=bool(seqs)):
                 break
             self.swapped.popleft()
             self.kv.swap_in(seq)
+            if self.kv.grow_all([seq]) != 1:
+                raise RuntimeError(f"request {seq.id}: no room for its step right after swapping it in")
             seq.status = Status.RUNNING
             self._hold(seq)
+            seqs.append(seq)
             back += 1
         return back
 
@@ -112,7 +115,7 @@ class IterationScheduler:
         return Batch(prefill=admitted, prefill_lens=lens, prefill_cached=cached if any(cached) else [])
 
     def _decode(self) -> Batch | None:
-        if not self.running:
+        if not self.running and not self.swapped:
             return None
         preempted = swapped = 0
         seqs = list(self.running.values())
@@ -122,13 +125,18 @@ class IterationScheduler:
             swapped += self._preempt(seqs.pop())
             preempted += 1
             i = self.kv.grow_all(seqs, i)
+        # As vLLM: swapped groups come back only in a step that preempted nothing.
+        swapped_in = self._swap_in(seqs) if self.swapped and not preempted else 0
         if not seqs:
+            if self.swapped and not preempted:
+                return None   # nothing runs and the oldest swapped group does not fit: cannot happen
             # Cannot happen: add() rejects a request that would not fit an empty pool.
             raise RuntimeError(f"every running sequence was preempted ({preempted}); KV manager: {self.kv.describe()}")
         contexts = []
         for s in seqs:
             contexts += [s.prompt_len + s.generated] * s.width
-        return Batch(decode=seqs, decode_context_lens=contexts, preempted=preempted, swapped_out=swapped)
+        return Batch(decode=seqs, decode_context_lens=contexts, preempted=preempted, swapped_out=swapped,
+                     swapped_in=swapped_in)
 
     def _preempt(self, seq: Sequence) -> bool:
         """Preempt `seq` by the configured rule; True if it was swapped out, False if recomputed."""
