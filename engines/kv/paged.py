@@ -251,18 +251,38 @@ class PagedKV:
         """After a group's prefill: nothing to do, its rows have shared the prompt's blocks since admission."""
 
     def fork(self, seq: Sequence, parents: list[int]) -> None:
-        """Re-form the rows after a beam step: new row i continues row parents[i], sharing its blocks."""
+        """Re-form the rows after a beam step: new row i continues row parents[i], sharing its blocks.
+
+        Rows descend from one prompt, so two rows' tables agree up to where their histories split and
+        differ after it: only that tail changes hands (shares first, then releases, so a block both rows
+        keep is never freed in between)."""
         old = self.block_tables[seq.id]
         if len(parents) != len(old):
             raise ValueError(f"request {seq.id}: {len(parents)} parents for {len(old)} rows")
-        if all(old[p] == old[row] for row, p in enumerate(parents)):
-            return   # every row keeps the blocks it has (e.g. rows that share their prompt from admission)
-        new = [list(old[p]) for p in parents]
-        for table in new:
-            for index, block in enumerate(table):
-                self._share(block, index, seq)
-        self._drop_rows(seq, old)
-        self._add_rows(seq, new)
+        changes = []
+        for row, parent in enumerate(parents):
+            src, dst = old[parent], old[row]
+            if src is dst or src == dst:
+                continue
+            split = min(len(src), len(dst))
+            while split and src[split - 1] != dst[split - 1]:
+                split -= 1
+            changes.append((row, parent, split))
+        if not changes:
+            return
+        bs, final = self.block_size, seq.final_len
+        new = list(old)
+        for row, parent, split in changes:
+            src = old[parent]
+            for index in range(split, len(src)):
+                self._share(src[index], index, seq)
+            new[row] = list(src)
+        for row, parent, split in changes:
+            dst, src = old[row], old[parent]
+            for index in range(split, len(dst)):
+                self._release(dst[index], index, seq)
+            self._will_fill += min(len(src) * bs, final) - min(len(dst) * bs, final)
+            self._logical_slots += (len(src) - len(dst)) * bs
         self.block_tables[seq.id] = new
 
     def free(self, seq: Sequence) -> None:

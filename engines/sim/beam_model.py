@@ -15,6 +15,9 @@ saving the two produce on the same lengths.
 """
 from __future__ import annotations
 
+import itertools
+import random
+
 import numpy as np
 
 
@@ -23,22 +26,23 @@ class BeamModel:
         if not 0 < decay <= 1:
             raise ValueError(f"beam parent decay must be in (0, 1], got {decay!r}")
         self.decay, self.seed = decay, seed
-        self._rngs: dict[int, np.random.Generator] = {}
-        self._probs: dict[int, np.ndarray] = {}
+        self._rngs: dict[int, random.Random] = {}
+        self._cumulative: dict[int, list[float]] = {}
 
     def probabilities(self, width: int) -> np.ndarray:
-        p = self._probs.get(width)
-        if p is None:
-            p = self.decay ** np.arange(width, dtype=np.float64)
-            p = self._probs[width] = p / p.sum()
-        return p
+        p = self.decay ** np.arange(width, dtype=np.float64)
+        return p / p.sum()
 
     def parents(self, request_id: int, width: int) -> list[int]:
         """The old beam each of the `width` new beams extends, for the next step of this request."""
         rng = self._rngs.get(request_id)
         if rng is None:
-            rng = self._rngs[request_id] = np.random.default_rng([self.seed, request_id])
-        return sorted(rng.choice(width, size=width, p=self.probabilities(width)).tolist())
+            # A string seed is hashed the same way in every process: the draws depend on (seed, request) only.
+            rng = self._rngs[request_id] = random.Random(f"beams:{self.seed}:{request_id}")
+        cumulative = self._cumulative.get(width)
+        if cumulative is None:
+            cumulative = self._cumulative[width] = list(itertools.accumulate(self.probabilities(width).tolist()))
+        return sorted(rng.choices(range(width), cum_weights=cumulative, k=width))
 
     def forget(self, request_id: int) -> None:
         self._rngs.pop(request_id, None)

@@ -41,6 +41,8 @@ class SimExecutor:
         for seq in batch.decode:
             if seq.beam:
                 seq.parents = self.beams.parents(seq.id, seq.width)
+                if seq.generated + 1 >= seq.output_len:   # its last step: its draws are done
+                    self.beams.forget(seq.id)
         self.clock += duration
         return duration
 
