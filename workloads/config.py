@@ -158,10 +158,16 @@ class WorkloadConfig:
 
     @property
     def label(self) -> str:
-        """The trace's name in logs and stats; "alpaca_synthetic" when alpaca has no file."""
-        if self.name == "alpaca" and self.path is None:
-            return "alpaca_synthetic"
-        return self.name
+        """The trace's name in logs, stats and summaries: "alpaca_synthetic" when alpaca has no file, with
+        what changes its requests appended: "_n4" (parallel samples), "_beam4", "_5shot" (a prefix)."""
+        label = "alpaca_synthetic" if self.name == "alpaca" and self.path is None else self.name
+        if self.n > 1:
+            label += f"_n{self.n}"
+        if self.beam_width > 1:
+            label += f"_beam{self.beam_width}"
+        if self.name == "translation" and self.num_shots:
+            label += f"_{self.num_shots}shot"
+        return label
 
     @classmethod
     def from_dict(cls, d: dict) -> WorkloadConfig:

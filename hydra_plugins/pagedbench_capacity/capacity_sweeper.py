@@ -135,6 +135,7 @@ class CapacitySweeper(Sweeper):
             runs = [s for (cc, _), s in summaries.items() if cc == c and s]
             first = runs[0] if runs else {}
             result = search.result()
+            at = summaries.get((c, result["capacity"])) or {}
             rows.append({
                 "engine": first.get("engine"), "block_size": first.get("block_size"),
                 "workload": first.get("workload"), "model": first.get("model"),
@@ -142,6 +143,9 @@ class CapacitySweeper(Sweeper):
                 "criterion": self.criteria[k].label, **result,
                 "done": result["done"] and c not in errors, "error": errors.get(c),
                 "overrides": " ".join(curves[c]),
+                # The run at the capacity found: how full its batches were and what sharing saved there.
+                "batch_size_at_capacity": at.get("steady_mean_batch_size"),
+                "memory_saving_at_capacity": at.get("steady_memory_saving"),
             })
         table = pd.DataFrame(rows)
         write_tables(table, sweep_dir)

@@ -1,0 +1,57 @@
+"""Figure 19a on the sim: what swapping a sequence's KV costs against block size, beside recomputing it.
+
+    python -m results.swap_cost [--model opt-13b] [--hardware a100-40gb] [--tokens 1024]
+
+Swap out and swap in each move `tokens` token slots across the host link as
+`engines.sim.transfer.TransferModel` charges them (a fixed cost per block,
+layer, K and V, plus bytes over the link); recomputation is the prefill of
+the same tokens, alone in an iteration, by the cost model (the same at every
+block size). The real device's counterpart is the swap benchmark
+(`python -m tests.benchmarks.test_swap --out DIR`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from engines.kv.block_pool import blocks_for
+from engines.sim.build import build_cost_model
+from engines.sim.transfer import TransferModel
+from engines.specs.presets import load_hardware, load_model
+
+BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def swap_cost_table(model: str = "opt-13b", hardware: str = "a100-40gb", tokens: int = 1024) -> pd.DataFrame:
+    spec, hw = load_model(model), load_hardware(hardware)
+    recompute = build_cost_model(spec, hw, None).iteration_time([tokens], [])
+    rows = []
+    for bs in BLOCK_SIZES:
+        swap = TransferModel(spec, hw, bs).swap_time(blocks_for(tokens, bs))
+        rows.append({"block_size": bs, "tokens": tokens, "swap_one_way_ms": 1e3 * swap,
+                     "recompute_ms": 1e3 * recompute, "recompute_over_swap": recompute / swap})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.swap_cost", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="opt-13b")
+    parser.add_argument("--hardware", default="a100-40gb")
+    parser.add_argument("--tokens", type=int, default=1024)
+    args = parser.parse_args(argv)
+    if args.tokens < 1:
+        parser.error("--tokens must be >= 1")
+    try:
+        table = swap_cost_table(args.model, args.hardware, args.tokens)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.model} on {args.hardware}: moving {args.tokens} tokens' KV one way vs recomputing them")
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
