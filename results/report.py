@@ -19,6 +19,8 @@ import pandas as pd
 
 from engines.kv.budget import kv_budget
 from engines.specs.presets import load_hardware, load_model
+from results.report_sharing import (section_chat, section_prefix, section_real_sharing, section_sampling,
+                                    section_swap)
 from results.capacity import CAPACITY_CSV, capacity_summary, ratio_summary, ratio_table
 from results.plots import (has_curve, plot_batch_size, plot_block_size, plot_latency_vs_rate, plot_memory_waste,
                            rate_curves)
@@ -406,7 +408,12 @@ def build_report(experiments: Path, real_cpu: Path, out: Path, replay_dir: Path 
         section_capacity(capacity, load(experiments, "capacity"), figures),
         section_batch(load(experiments, "batch_size"), figures),
         section_blocks(load(experiments, "block_size"), figures),
+        section_sampling(experiments),
+        section_prefix(experiments),
+        section_chat(experiments),
+        section_swap(experiments, ROOT / "results" / "swap_bench_cpu"),
         section_real(real_cpu),
+        section_real_sharing(experiments),
         section_validation(replay_dir),
         "## Kernels (Figure 18a)\n\nThe paper's paged attention kernel had 20-26% higher latency than "
         "FasterTransformer's contiguous one. Our paged and contiguous Triton kernels differ only in address "

@@ -3,7 +3,9 @@
 Allocators (`buddy`, `first_fit`) behind a `ContiguousArena` (`arena`), the
 fixed-size `BlockPool` (`block_pool`), the reservation policies of the
 contiguous engines (`reservation`), the two KV managers every scheduler
-talks to (`contiguous.ContiguousKV`, `paged.PagedKV`), the paper's split of
+talks to (`contiguous.ContiguousKV`: a region per sequence;
+`paged.PagedKV`: reference-counted block tables, copy-on-write, a prefix
+cache and a host pool for swapping), the paper's split of
 capacity into token states, reservation, fragmentation and free
 (`memory_split`), and the byte budget a device leaves for the cache
 (`budget`). Pure Python, no torch. May import `engines.sequence` and

@@ -4,7 +4,9 @@
 same rule for every engine; `static.StaticScheduler` is request-level
 batching (FasterTransformer); `iteration.IterationScheduler` is
 iteration-level batching (Orca's contiguous regions or vLLM's paged blocks,
-by the KV manager it is given), with preemption by recompute. Pure Python,
+by the KV manager it is given), with preemption by recompute or swap;
+`forks` applies what an iteration decided about a group's sequences (a
+shared prompt, the chosen beams, a cached prefix). Pure Python,
 no torch. May import `engines.sequence`, `engines.batch`, `engines.config`
 and `engines.kv`; never the loop or a backend.
 """
