@@ -1,0 +1,83 @@
+"""The sharing sections of the report: read from capacity tables and aggregates, the paper beside ours."""
+import numpy as np
+import pandas as pd
+
+from engines.sim.beam_model import BeamModel, fit_decay
+from results import report_sharing as rs
+from results.beam_check import distinct_parents, model_distinct_parents
+from results.swap_cost import main as swap_cost_main, swap_cost_table
+
+
+def capacity_rows(workloads, caps, saving):
+    rows = []
+    for workload, by_engine in zip(workloads, caps):
+        for engine, cap in by_engine.items():
+            for criterion in ("latency<=0.2s/tok", "goodput>=90%"):
+                rows.append({"engine": engine, "workload": workload, "criterion": criterion, "capacity": cap,
+                             "bound": "=", "seed": 0,
+                             "memory_saving_at_capacity": saving if engine == "paged" else 0.0,
+                             "batch_size_at_capacity": 10.0})
+    return pd.DataFrame(rows)
+
+
+def test_sampling_section_sets_ratios_and_the_papers_saving_beside_ours(tmp_path):
+    cap = capacity_rows(["alpaca_synthetic_n2", "alpaca_synthetic_n4"],
+                        [{"orca-max": 1.0, "orca-pow2": 2.0, "orca-oracle": 4.0, "paged": 6.0},
+                         {"orca-max": 0.5, "orca-pow2": 1.0, "orca-oracle": 2.0, "paged": 5.0}], 0.0853)
+    (tmp_path / "sampling").mkdir()
+    cap.to_csv(tmp_path / "sampling" / "capacity.csv", index=False)
+    text = rs.section_sampling(tmp_path)
+    assert "| n2 | 1 | 2 | 4 | 6 | 6.00x | 3.00x | 1.50x | 8.5 | 6.09 |" in text
+    assert "| n4 | 0.5 | 1 | 2 | 5 | 10.00x | 5.00x | 2.50x | 8.5 | 8.53 |" in text
+    assert "Not run: `python run.py -m experiment=beam`" in text
+    assert "Not run: `python run.py -m experiment=saving`" in text
+
+
+def test_prefix_and_chat_sections(tmp_path):
+    (tmp_path / "prefix").mkdir()
+    capacity_rows(["translation_1shot", "translation_5shot"],
+                  [{"orca-oracle": 2.0, "paged": 3.0}, {"orca-oracle": 1.0, "paged": 3.5}], 0.1).to_csv(
+        tmp_path / "prefix" / "capacity.csv", index=False)
+    text = rs.section_prefix(tmp_path)
+    assert "| 1shot | n/a | n/a | 2 | 3 | n/a | n/a | 1.50x | 10.0 | 1.67x |" in text
+    assert "| 5shot | n/a | n/a | 1 | 3.5 | n/a | n/a | 3.50x | 10.0 | 3.58x |" in text
+    assert "generated from stated statistics" in text
+    assert "Not run: `python run.py -m experiment=chat`" in rs.section_chat(tmp_path)
+
+
+def test_swap_section_reads_the_sweep_and_the_benchmark(tmp_path):
+    (tmp_path / "swap").mkdir()
+    rows = [{"block_size": bs, "preemption": p, "steady_norm_latency_s_mean": lat, "num_preemptions": 10}
+            for bs, p, lat in [(16, "swap", 0.1), (16, "recompute", 0.12), (1, "swap", 0.5), (1, "recompute", 0.12)]]
+    pd.DataFrame(rows).to_parquet(tmp_path / "swap" / "aggregate.parquet")
+    text = rs.section_swap(tmp_path, tmp_path / "no_bench")
+    assert "| 1 | 0.500 | 10 | 0.120 | 10 |" in text and "| 16 | 0.100 | 10 | 0.120 | 10 |" in text
+    assert "Figure 19a on the sim" in text
+
+
+def test_swap_cost_is_latency_bound_for_small_blocks_and_recompute_is_flat():
+    t = swap_cost_table()
+    assert t["swap_one_way_ms"].is_monotonic_decreasing
+    assert t["recompute_ms"].nunique() == 1
+    assert t["recompute_over_swap"].iloc[0] < 1 < t["recompute_over_swap"].iloc[-1]
+
+
+def test_swap_cost_command_prints_its_table(capsys):
+    assert swap_cost_main(["--hardware", "a100-40gb", "--tokens", "64"]) == 0
+    assert "block_size" in capsys.readouterr().out
+
+
+def test_the_beam_models_decay_is_recovered_by_the_fit():
+    for decay in (0.3, 0.7, 1.0):
+        model = BeamModel(decay, seed=1)
+        ranks = np.array([r for i in range(3000) for r in model.parents(i, 4)])
+        assert abs(fit_decay(ranks, 4) - decay) <= 0.06
+        assert abs(distinct_parents(ranks, 4) - model_distinct_parents(4, decay)) < 0.1
+
+
+def test_the_beam_model_draws_the_same_parents_for_a_request_whatever_the_order():
+    a, b = BeamModel(0.5, seed=3), BeamModel(0.5, seed=3)
+    first = [a.parents(7, 4) for _ in range(5)]
+    b.parents(9, 4)                      # another request interleaved does not change request 7's draws
+    assert [b.parents(7, 4) for _ in range(5)] == first
+    assert all(p == sorted(p) and 0 <= min(p) and max(p) < 4 for p in first)
