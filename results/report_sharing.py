@@ -207,15 +207,7 @@ def section_swap(experiments: Path, swap_bench: Path) -> str:
     if agg is None:
         parts.append("**Figure 19b**: " + not_run("swap"))
     else:
-        rows = []
-        for bs, g in agg.groupby("block_size"):
-            by = {p: s.iloc[0] for p, s in g.groupby("preemption")}
-            cells = []
-            for p in ("swap", "recompute"):
-                s = by.get(p)
-                cells += [_num(s["steady_norm_latency_s_mean"], ".3f") if s is not None else "n/a",
-                          _num(s["num_preemptions"], ".0f") if s is not None else "n/a"]
-            rows.append([str(int(bs)), *cells])
+        rows = preemption_rows(agg, "steady_norm_latency_s_mean", ".3f")
         parts.append("**Figure 19b on the sim**, `python run.py -m experiment=swap` (ShareGPT at 4 req/s for an "
                      "hour, just below the paged engine's capacity; mean normalized latency over the steady "
                      "window, s/token):\n\n"
@@ -224,6 +216,19 @@ def section_swap(experiments: Path, swap_bench: Path) -> str:
     parts.append("The paper: swapping suffers with small blocks (many small PCIe transfers); recomputation's cost "
                  "does not depend on the block size; the two are comparable for blocks of 16-64.\n")
     return "\n".join(parts)
+
+
+def preemption_rows(agg: pd.DataFrame, metric: str, spec: str) -> list[list[str]]:
+    """Per block size: `metric` and the preemptions, preempting by swap and by recompute."""
+    rows = []
+    for bs, g in agg.groupby("block_size"):
+        by = {p: s.iloc[0] for p, s in g.groupby("preemption")}
+        cells = []
+        for p in ("swap", "recompute"):
+            s = by.get(p)
+            cells += ["n/a", "n/a"] if s is None else [_num(s[metric], spec), _num(s["num_preemptions"], ".0f")]
+        rows.append([str(int(bs)), *cells])
+    return rows
 
 
 REAL = (("sampling_real", "Figure 14: parallel samples"), ("beam_real", "Figure 15: beam search"),
@@ -261,15 +266,7 @@ def section_real_sharing(experiments: Path) -> str:
     if agg is None:
         parts.append("**Figure 19b: swap vs recompute**: " + not_run("swap_real"))
     else:
-        rows = []
-        for bs, g in agg.groupby("block_size"):
-            by = {p: s.iloc[0] for p, s in g.groupby("preemption")}
-            cells = []
-            for p in ("swap", "recompute"):
-                s = by.get(p)
-                cells += [_num(s["output_tokens_per_s"], ".1f") if s is not None else "n/a",
-                          _num(s["num_preemptions"], ".0f") if s is not None else "n/a"]
-            rows.append([str(int(bs)), *cells])
+        rows = preemption_rows(agg, "output_tokens_per_s", ".1f")
         parts.append("**Figure 19b: swap vs recompute**, `python run.py -m experiment=swap_real`:\n\n"
                      + _table(["block size", "swap: output tok/s", "swap: preemptions", "recompute: output tok/s",
                                "recompute: preemptions"], rows) + "\n")

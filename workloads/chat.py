@@ -25,7 +25,7 @@ import numpy as np
 
 from workloads.cache import read_and_tokenize
 from workloads.pairs import TokenizedPairs
-from workloads.sharegpt import conversation_turns, read_conversations, with_sharegpt_file
+from workloads.sharegpt import conversation_turns, read_conversations, report_read, with_sharegpt_file
 
 log = logging.getLogger("workloads")
 
@@ -43,12 +43,7 @@ def load_chat(path: str | None, tokenizer, max_prompt_len: int) -> TokenizedPair
 
 def _load(path: Path, tokenizer) -> TokenizedPairs:
     pairs, info = read_and_tokenize(LOADER, LOADER_VERSION, path, tokenizer, read_sharegpt_chat)
-    message = "chat: read %d conversations from %s, %d replies with a history"
-    if info["problem"]:
-        log.warning(message + "; %s: kept every complete conversation before the break",
-                    info["records"], path, info["pairs"], info["problem"])
-    else:
-        log.info(message, info["records"], path, info["pairs"])
+    report_read(path, info, "chat: read %d conversations from %s, %d replies with a history")
     return pairs
 
 

@@ -49,7 +49,7 @@ def _checked(path: Path, load: Callable[[Path], T]) -> T:
 
 def _load(path: Path, tokenizer) -> TokenizedPairs:
     pairs, info = read_and_tokenize("sharegpt", LOADER_VERSION, path, tokenizer, read_sharegpt)
-    _report(path, info)
+    report_read(path, info)
     return pairs
 
 
@@ -132,8 +132,9 @@ def _skip_space(text: str, pos: int) -> int:
     return pos
 
 
-def _report(path: Path, info: dict) -> None:
-    message = "sharegpt: read %d conversations from %s, %d with >= 2 turns"
+def report_read(path: Path, info: dict, message: str = "sharegpt: read %d conversations from %s, %d with >= 2 turns"
+            ) -> None:
+    """Log what a read found (`message` takes records, path, pairs); a warning when the file broke off."""
     if info["problem"]:
         log.warning(message + "; %s: kept every complete conversation before the break",
                     info["records"], path, info["pairs"], info["problem"])

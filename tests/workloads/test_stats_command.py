@@ -94,7 +94,7 @@ def test_stats_of_sampling_and_shared_prefixes():
 
 
 @pytest.mark.parametrize("argv, first_line", [
-    (["translation", "num_shots=5", "num_requests=30"], "translation: 30 requests"),
+    (["translation", "num_shots=5", "num_requests=30"], "translation_5shot: 30 requests"),
     (["chat", f"path={Path(__file__).resolve().parents[1] / 'data' / 'sharegpt_small.json'}", "num_requests=4"],
      "chat: 4 requests"),
 ])
