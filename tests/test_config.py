@@ -36,16 +36,27 @@ def test_every_group_option_composes(group, option):
         assert node["name"] == option
 
 
+# Capacity searches of groups of sequences and of prefixes run 10-minute traces (their files say so).
+TEN_MINUTES = ("sampling", "beam", "saving", "prefix")
+
+
 @pytest.mark.parametrize("experiment", options("experiment"))
 def test_every_experiment_composes_with_its_sweep(experiment):
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose(config_name="config", overrides=[f"experiment={experiment}"], return_hydra_config=True)
     assert cfg.experiment_name == experiment
-    assert cfg.backend.name == "sim"
     assert cfg.hydra.sweeper.params, "an experiment lists what it sweeps"
-    if experiment == "block_size":   # only the paged engine has blocks
+    if experiment.endswith("_real"):   # small scale on this machine: the real backend, one run at a time
+        assert cfg.backend.name == "real" and cfg.model.name == "tiny" and cfg.workload.arrival == "offline"
+        assert cfg.hydra.launcher._target_.endswith("BasicLauncher")
+    else:
+        assert cfg.backend.name == "sim"
+    if experiment in ("block_size", "swap", "saving"):   # only the paged engine has blocks
         assert cfg.engine.name == "paged" and "engine" not in cfg.hydra.sweeper.params
-    if experiment != "memory_waste":  # the paper's traces last one hour; memory_waste is offline
+    if experiment in TEN_MINUTES:
+        assert cfg.workload.duration_s == 600 and cfg.workload.arrival == "poisson"
+    elif experiment != "memory_waste" and not experiment.endswith("_real"):
+        # the paper's traces last one hour; memory_waste is offline
         assert cfg.workload.duration_s == 3600 and cfg.workload.arrival == "poisson"
     WorkloadConfig.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
     EngineConfig.from_dict(OmegaConf.to_container(cfg.engine, resolve=True))
@@ -84,3 +95,14 @@ def test_bad_input_is_one_clear_line(args, expected, tmp_path):
     assert proc.returncode == 2
     assert expected in proc.stderr + proc.stdout
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("option", options("sampling"))
+def test_sampling_options_set_n_or_beam_width_on_any_workload(option):
+    for workload in ("sharegpt", "alpaca", "translation"):
+        with initialize_config_dir(config_dir=str(CONF), version_base=None):
+            cfg = compose(config_name="config", overrides=[f"workload={workload}", f"sampling={option}"])
+        built = WorkloadConfig.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
+        width = int(option[-1]) if option != "none" else 1
+        assert (built.n, built.beam_width) == ((width, 1) if option.startswith("n") and option != "none"
+                                               else (1, width))
