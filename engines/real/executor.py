@@ -88,7 +88,7 @@ class RealExecutor:
         for seq in batch.decode:
             n = seq.length                            # the last generated token is fed at position n - 1
             for row in range(seq.width):
-                ids.append(seq.row_token_ids[row][-1])
+                ids.append((seq.row_token_ids[row] if row else seq.output_token_ids)[-1])
                 pos.append(n - 1)
                 slots += self.kv.slots(seq, n - 1, n, row)
                 lens.append(n)
