@@ -142,6 +142,8 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     iterations, reqs = iterations_frame(record), requests_frame(record)
     summary = {
         "engine": engine.label, "block_size": engine.block_size if engine.name == "paged" else None,
+        "preemption": engine.preemption if engine.name == "paged" else None,
+        "width": width,
         "workload": workload.label, "model": model.name, "backend": cfg.backend.name, **info,
         "arrival": workload.arrival, "request_rate": workload.request_rate, "workload_seed": workload.seed,
         "duration_s": workload.duration_s, "trace_draws": stats["count"], "trace_distinct_pairs": stats["distinct_pairs"],
