@@ -664,3 +664,34 @@ def test_recompute_preemption_refuses_groups():
         EngineConfig(name="paged", preemption="recompute").check_width(4)
     EngineConfig(name="paged", preemption="recompute").check_width(1)
     EngineConfig(name="paged").check_width(4)
+
+
+def test_swapped_groups_come_back_before_any_new_request_is_admitted():
+    from engines.config import SchedulerLimits
+    from engines.scheduling.iteration import IterationScheduler
+
+    kv = PagedKV(16 * 4, block_size=4, watermark=0.0, num_cpu_blocks=64)
+    # auto: the late single requests are recomputed, the groups of two swapped.
+    sched = IterationScheduler(kv, SchedulerLimits(max_seq_len=64, max_num_batched_tokens=64), "auto")
+    a, b = group(0, 6, 20, width=2), group(1, 6, 20, width=2)
+    for seq in (a, b):
+        sched.add(seq, 0.0)
+    batch = sched.schedule(0.0)
+    assert batch.prefill == [a, b]
+    swapped_at = None
+    for step in range(40):                        # decode until memory runs out and b is swapped out
+        for seq in batch.advancing():
+            seq.generated += 1
+        sched.after_iteration(batch)
+        sched.release_finished([s for s in batch.advancing() if s.done])
+        late = group(2 + step, 3, 5)
+        sched.add(late, 0.0)                      # a new request arrives every step
+        batch = sched.schedule(0.0)
+        if swapped_at is None and sched.swapped:
+            swapped_at = step
+        if sched.swapped:
+            assert not batch.prefill, "a new request was admitted while a group waited in the host pool"
+        if swapped_at is not None and not sched.swapped:
+            assert b.status.value == "running" and batch.swapped_in == 1 and b in batch.decode
+            return
+    raise AssertionError(f"no swap-out and swap-in within 40 steps (swapped at {swapped_at})")
