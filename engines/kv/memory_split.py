@@ -19,6 +19,10 @@ Every slot of the KV budget is in exactly one category at a time:
 A paged engine's free blocks can all serve any request (a sequence's blocks
 need not be contiguous), so its free blocks are never external
 fragmentation.
+
+Slots are physical: a block that several sequences share (the samples or
+beams of one request, a cached prefix) counts once; the paged manager
+removes the repeats from its per-sequence sums.
 """
 from __future__ import annotations
 
