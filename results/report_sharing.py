@@ -55,17 +55,28 @@ def not_run(name: str) -> str:
     return f"*Not run: `python run.py -m experiment={name}` has no results under outputs/experiments/{name}.*\n"
 
 
+def _ratio(per_seed: pd.Series) -> str:
+    """Mean ratio over seeds, with min-max when there are several: "1.85x (1.80-1.90)"."""
+    per_seed = per_seed.dropna()
+    if not len(per_seed):
+        return "n/a"
+    text = f"{per_seed.mean():.2f}x"
+    return text + (f" ({per_seed.min():.2f}-{per_seed.max():.2f})" if len(per_seed) > 1 else "")
+
+
 def capacity_rows(cap: pd.DataFrame, criterion: str, paper: dict | None = None) -> list[list[str]]:
-    """One row per workload setting: each engine's capacity, paged over each baseline, the saving at capacity."""
+    """One row per workload setting: each engine's capacity (mean over seeds), paged over each baseline (mean
+    and min-max of the per-seed ratios), the memory saving in the paged run at its capacity (mean)."""
     rows = []
     sub = cap[cap["criterion"].str.startswith(criterion)]
     for workload, group in sub.groupby("workload", sort=False):
-        by = {e: g for e, g in group.groupby("engine")}
-        caps = {e: float(g["capacity"].mean()) for e, g in by.items()}
-        exact = all((g["bound"] == "=").all() for g in by.values())
-        paged = caps.get("paged")
-        ratios = [_num(paged / caps[b], ".2f") + "x" if paged and caps.get(b) else "n/a" for b in BASELINES]
-        saving = by["paged"]["memory_saving_at_capacity"].mean() if "paged" in by else None
+        seeds = group.pivot_table(index="seed", columns="engine", values="capacity", aggfunc="mean")
+        exact = bool((group["bound"] == "=").all())
+        caps = seeds.mean()
+        ratios = [_ratio(seeds["paged"] / seeds[b]) if "paged" in seeds and b in seeds else "n/a"
+                  for b in BASELINES]
+        paged = group[group["engine"] == "paged"]
+        saving = paged["memory_saving_at_capacity"].mean() if len(paged) else None
         key = setting(workload)
         row = [key + ("" if exact else " *")] + [_num(caps.get(e)) for e in (*BASELINES, "paged")] + ratios
         row.append(_pct(saving))
@@ -85,8 +96,9 @@ def section_sampling(experiments: Path) -> str:
             "at the device's bandwidth in the sim). Groups are swapped, never recomputed, when preempted (vLLM's "
             "rule), to 64 GiB of host memory. Capacity at mean normalized latency <= 0.2 s/token (the search of "
             "the capacity section), OPT-13B on one A100-40GB, sim backend, Alpaca, 10-minute Poisson traces, "
-            "seed 0. Memory saving: KV slots the paged engine saved by sharing / slots its sequences would hold "
-            "without sharing, time-averaged over the steady window of the run at its capacity.\n\n")
+            "seeds 0-2 (capacities: mean; ratios: mean (min-max) of the per-seed ratios). Memory saving: KV "
+            "slots the paged engine saved by sharing / slots its sequences would hold without sharing, "
+            "time-averaged over the steady window of the run at its capacity (mean over seeds).\n\n")
     parts = [head]
     header = ["setting", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
               "paper saving %"]
@@ -149,7 +161,7 @@ def section_beam_check(path: Path) -> str:
 def section_prefix(experiments: Path) -> str:
     head = ("## Shared prefix (Figure 16)\n\n`python run.py -m experiment=prefix`: translation requests behind one "
             "shared few-shot prefix (1-shot: 80 tokens, 5-shot: 341), LLaMA-13B on one A100-40GB, sim backend, "
-            "10-minute Poisson traces, seed 0. The paged engine computes the prefix once and maps every later "
+            "10-minute Poisson traces, seeds 0-2. The paged engine computes the prefix once and maps every later "
             "request's first blocks to its cached blocks (whole blocks only: 80 tokens = 5 blocks of 16; 341 = 21 "
             "blocks, the last 5 tokens recomputed); only the rest of each prompt is prefilled, attending over the "
             "cached part (`kernels/reference.py: prefix_prefill_attention` and its Triton kernel). The Orca "
@@ -171,7 +183,7 @@ def section_prefix(experiments: Path) -> str:
 def section_chat(experiments: Path) -> str:
     head = ("## Chatbot (Figure 17)\n\n`python run.py -m experiment=chat`: each request is a ShareGPT conversation "
             "so far, cut to its last 1,024 tokens, and the next reply, at most 1,024 tokens (`workloads/chat.py`); "
-            "OPT-13B on one A100-40GB, sim backend, one-hour Poisson traces, seed 0. The paper: vLLM sustains 2x "
+            "OPT-13B on one A100-40GB, sim backend, one-hour Poisson traces, seeds 0-2. The paper: vLLM sustains 2x "
             "the request rate of every Orca variant.\n\n")
     cap = load_capacity(experiments, "chat")
     if cap is None:
@@ -200,7 +212,8 @@ def section_swap(experiments: Path, swap_bench: Path) -> str:
     bench = swap_bench / "swap_bench.csv"
     if bench.is_file():
         b = pd.read_csv(bench)
-        meta = json.loads((swap_bench / "swap_bench.json").read_text()) if (swap_bench / "swap_bench.json").is_file() else {}
+        meta_path = swap_bench / "swap_bench.json"
+        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
         b = b[b["tokens"] == b["tokens"].min()]
         rows = [[str(int(r.block_size)), _num(r.swap_out_ms, ".2f"), _num(r.swap_in_ms, ".2f"),
                  _num(r.recompute_ms, ".0f")] for r in b.itertuples()]
