@@ -79,8 +79,9 @@ def iteration_series(iterations: pd.DataFrame, max_points: int) -> pd.DataFrame:
     Every point covers its whole bucket, so nothing between points is lost:
     `preempted` is the bucket's sum; `tokens_per_s` is its computed tokens
     (prefill tokens + one per decoded sequence) over its duration; levels
-    (batch size, waiting requests, KV split as fractions of capacity) are
-    means weighted by iteration duration, like the summary's `mem_*`.
+    (batch size, waiting requests, KV split as fractions of capacity, the
+    memory saved by sharing, swapped requests) are means weighted by
+    iteration duration, like the summary's `mem_*`; `swapped_out` is a sum.
     `step` and `start_s` are the bucket's first iteration.
     """
     if len(iterations) == 0:
@@ -100,9 +101,11 @@ def iteration_series(iterations: pd.DataFrame, max_points: int) -> pd.DataFrame:
             return np.where(duration > 0, sums(values * weight) / duration, sums(values) / count)
 
     capacity = iterations["capacity_slots"].to_numpy(dtype=np.float64)
+    # One token per decoded sequence: every row of a request of several (samples, beams) when recorded.
+    decoded = (iterations["batch_rows"].where(iterations["decode_seqs"] > 0, 0) if "batch_rows" in iterations
+               else iterations["decode_seqs"])
     with np.errstate(invalid="ignore", divide="ignore"):
-        tokens_per_s = np.where(duration > 0, sums(iterations["prefill_tokens"] + iterations["decode_seqs"])
-                                / duration, np.nan)
+        tokens_per_s = np.where(duration > 0, sums(iterations["prefill_tokens"] + decoded) / duration, np.nan)
     out = {
         "step": iterations["iteration"].to_numpy()[starts],
         "start_s": iterations["start_s"].to_numpy(dtype=np.float64)[starts],
@@ -112,6 +115,12 @@ def iteration_series(iterations: pd.DataFrame, max_points: int) -> pd.DataFrame:
         "preempted": sums(iterations["preempted"]),
         **{f"mem_{cat}": level(iterations[cat].to_numpy(dtype=np.float64) / capacity) for cat in CATEGORIES},
     }
+    if "unshared_slots" in iterations:   # sharing and swapping (runs recorded since they were added)
+        unshared = iterations["unshared_slots"].to_numpy(dtype=np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            saved = np.where(unshared > 0, 1 - iterations["allocated_slots"].to_numpy(dtype=np.float64) / unshared, 0.0)
+        out.update(memory_saving=level(saved), swapped_out=sums(iterations["swapped_out"]),
+                   num_swapped=level(iterations["num_swapped"]))
     return pd.DataFrame(out)
 
 

@@ -272,3 +272,18 @@ def test_bad_logger_config_is_one_warning(caplog):
     assert "logger.mode='ofline' is not one of ['offline', 'online', 'disabled']" in caplog.text
     with pytest.raises(ValueError, match="max_iteration_points must be a positive integer"):
         LoggerConfig.from_dict(dict(WANDB_CFG, max_iteration_points=0))
+
+
+def test_series_chart_sharing_and_swapping_when_recorded():
+    iterations, _, _ = fake_run(8)
+    iterations = iterations.assign(batch_rows=np.where(iterations["iteration"] == 0, 2, 8),
+                                   unshared_slots=100, allocated_slots=np.where(iterations["iteration"] < 4, 60, 80),
+                                   swapped_out=(iterations["iteration"] == 5).astype(int),
+                                   num_swapped=(iterations["iteration"] >= 5).astype(int))
+    s = iteration_series(iterations, max_points=2)        # two buckets of four iterations
+    np.testing.assert_allclose(s["memory_saving"], [0.4, 0.2])
+    np.testing.assert_allclose(s["swapped_out"], [0, 1])
+    np.testing.assert_allclose(s["num_swapped"], [0, 0.75])
+    # every row of a request decodes a token: 40 prefill + 3 x 8 rows, then 4 x 8, over 2 s each
+    np.testing.assert_allclose(s["tokens_per_s"], [(40 + 24) / 2, 32 / 2])
+    assert "memory_saving" not in iteration_series(fake_run(8)[0], max_points=2)
