@@ -2,7 +2,8 @@
 
 When no batch is running, up to B earliest-arrived requests form one batch;
 B is however many regions of `max_seq_len` slots the KV budget holds (and at
-most `max_num_seqs`). Prompts are padded to the batch's longest for the
+most `max_num_seqs` sequences). A request of several sequences (samples,
+beams) takes one region per sequence, and each of its sequences is a row. Prompts are padded to the batch's longest for the
 prefill, whose cost covers the padding. The batch runs until its last
 request finishes: a finished request stays in it as padding (its row is
 still computed and its region still held), and no request joins mid-batch.
