@@ -113,6 +113,7 @@ def section_sampling(experiments: Path) -> str:
         good = capacity_rows(cap, "goodput")
         parts.append("Under the goodput criterion (90% of requests within TTFT <= 1 s and TPOT <= 0.1 s), "
                      "paged / oracle: " + ", ".join(f"{r[0]} {r[7]}" for r in good) + ".\n")
+    parts.append(trace_length_check(experiments))
     parts.append("The paper: parallel sampling saves 6.1-9.8% of KV memory on Alpaca and 16.2-30.5% on "
                  "ShareGPT; beam search 37.6-55.2% and 44.3-66.3%; the throughput gain over Orca (Oracle) grows "
                  "from 1.3x (basic sampling) to 2.3x (beam width 6).\n")
@@ -133,6 +134,30 @@ def section_sampling(experiments: Path) -> str:
     check = experiments.parent / "beam_check" / "beam_check.csv"
     parts.append(section_beam_check(check))
     return "\n".join(parts)
+
+
+LONG_TRACE_COMMAND = ("python run.py -m hydra/sweeper=capacity hydra/launcher=local backend=sim "
+                      "engine=orca_oracle,paged workload=alpaca sampling=none,n2,n4,n6 workload.arrival=poisson "
+                      "workload.duration_s=3600 workload.seed=0 engine.swap_space=64 "
+                      "hydra.sweep.dir=outputs/experiments/sampling_1h")
+
+
+def trace_length_check(experiments: Path) -> str:
+    """Parallel sampling's paged / oracle ratio on one-hour traces against the 10-minute ones, seed 0."""
+    long, short = load_capacity(experiments, "sampling_1h"), load_capacity(experiments, "sampling")
+    if long is None or short is None:
+        return ""
+
+    def ratio(table: pd.DataFrame, workload: str) -> float:
+        t = table[(table["workload"] == workload) & (table["seed"] == 0) & table["criterion"].str.startswith("latency")]
+        caps = t.set_index("engine")["capacity"]
+        return caps.get("paged", float("nan")) / caps.get("orca-oracle", float("nan"))
+
+    rows = [[setting(w), _num(ratio(short, w), ".2f") + "x", _num(ratio(long, w), ".2f") + "x"]
+            for w in long["workload"].drop_duplicates()]
+    return ("Do the 10-minute traces change the answer? The same search on one-hour traces (the paper's), seed 0, "
+            f"paged / orca-oracle at 0.2 s/token (`{LONG_TRACE_COMMAND}`):\n\n"
+            + _table(["setting", "10-minute traces", "one-hour traces"], rows) + "\n")
 
 
 def section_beam_check(path: Path) -> str:

@@ -81,3 +81,13 @@ def test_the_beam_model_draws_the_same_parents_for_a_request_whatever_the_order(
     b.parents(9, 4)                      # another request interleaved does not change request 7's draws
     assert [b.parents(7, 4) for _ in range(5)] == first
     assert all(p == sorted(p) and 0 <= min(p) and max(p) < 4 for p in first)
+
+
+def test_the_one_hour_check_sets_both_trace_lengths_side_by_side(tmp_path):
+    for name, paged in (("sampling", 6.0), ("sampling_1h", 5.0)):
+        (tmp_path / name).mkdir()
+        capacity_rows(["alpaca_synthetic_n2"], [{"orca-oracle": 4.0, "paged": paged}], 0.05).to_csv(
+            tmp_path / name / "capacity.csv", index=False)
+    text = rs.trace_length_check(tmp_path)
+    assert "| n2 | 1.50x | 1.25x |" in text and "workload.duration_s=3600" in text
+    assert rs.trace_length_check(tmp_path / "nothing") == ""
