@@ -50,12 +50,9 @@ class PagedKV:
         self._dup_will = 0
         self._prefix_slots = 0   # slots of the blocks the prefix cache keeps
         self._wide: dict[int, Sequence] = {}   # held groups of several rows
-        # Transfers for the next iteration: copy-on-write pairs, swap-out and swap-in pairs, and all of them
-        # in the order they were decided (a block freed by one may be the destination of a later one).
+        # Block moves for the next iteration ("copy" on write, swap "out", swap "in": source, destination) in
+        # the order they were decided: a block freed by one may be the destination of a later one.
         self._moves: list[tuple[str, int, int]] = []
-        self._copies: list[tuple[int, int]] = []
-        self._swap_out: list[tuple[int, int]] = []
-        self._swap_in: list[tuple[int, int]] = []
 
     recomputes = True   # a sequence that cannot grow is preempted (recomputed or swapped)
 
@@ -220,7 +217,6 @@ class PagedKV:
                 block = table[last]
                 if refs[block] > 1:
                     copy = pool.allocate()
-                    self._copies.append((block, copy))
                     self._moves.append(("copy", block, copy))
                     table[last] = copy
                     self._release(block, last, seq)
@@ -305,8 +301,7 @@ class PagedKV:
             raise MemoryError(f"request {seq.id}: the host pool cannot hold its blocks")
         tables = self.block_tables.pop(seq.id)
         self._cached_tokens.pop(seq.id, None)
-        moved = self._move(tables, self.cpu_pool, self._swap_out, self.cpu_tables, seq)
-        self._moves += [("out", a, b) for a, b in self._swap_out[-moved:]] if moved else []
+        moved = self._move(tables, self.cpu_pool, self.cpu_tables, seq)
         self._drop_rows(seq, tables)
         return moved
 
@@ -331,7 +326,6 @@ class PagedKV:
                     self._share(mapping[block], index, seq)
                 else:
                     mapping[block] = self.pool.allocate()
-                    self._swap_in.append((block, mapping[block]))
                     self._moves.append(("in", block, mapping[block]))
                 new.append(mapping[block])
             new_tables.append(new)
@@ -342,7 +336,9 @@ class PagedKV:
         self._add_rows(seq, new_tables)
         return len(mapping)
 
-    def _move(self, tables, pool: BlockPool, pairs: list, into: dict, seq: Sequence) -> int:
+    def _move(self, tables, pool: BlockPool, into: dict, seq: Sequence) -> int:
+        """Map the group's distinct device blocks to new blocks of `pool` (shared ones once), queued as swap-out
+        moves; the group's tables of new blocks go into `into`; the blocks moved."""
         mapping: dict[int, int] = {}
         out = []
         for table in tables:
@@ -352,7 +348,7 @@ class PagedKV:
                     pool.share(mapping[block])
                 else:
                     mapping[block] = pool.allocate()
-                    pairs.append((block, mapping[block]))
+                    self._moves.append(("out", block, mapping[block]))
                 row.append(mapping[block])
             out.append(row)
         into[seq.id] = out
@@ -360,15 +356,14 @@ class PagedKV:
 
     def drain_into(self, batch) -> None:
         """Hand the copy-on-write, swap-out and swap-in block pairs queued since the last call to `batch`."""
-        if self._moves:
-            batch.moves, self._moves = self._moves, []
-        if self._copies:
-            batch.block_copies, batch.copy_tokens = self._copies, len(self._copies) * self.block_size
-            self._copies = []
-        if self._swap_out:
-            batch.swap_out, self._swap_out = self._swap_out, []
-        if self._swap_in:
-            batch.swap_in, self._swap_in = self._swap_in, []
+        if not self._moves:
+            return
+        moves, self._moves = self._moves, []
+        batch.moves = moves
+        batch.block_copies = [(a, b) for kind, a, b in moves if kind == "copy"]
+        batch.copy_tokens = len(batch.block_copies) * self.block_size
+        batch.swap_out = [(a, b) for kind, a, b in moves if kind == "out"]
+        batch.swap_in = [(a, b) for kind, a, b in moves if kind == "in"]
 
     # -- what the executor and the summaries read ---------------------------------------------------
 
