@@ -172,10 +172,8 @@ class PagedKV:
         if full == 0:
             return
         blocks = self.block_tables[seq.id][0][:full]
-        for block in blocks:
-            self.pool.share(block)
-            self._dup_stored += self.block_size
-            self._dup_will += self.block_size
+        for index, block in enumerate(blocks):
+            self._share(block, index, seq)   # full blocks: the cache's reference repeats bs slots
         self.prefix_blocks[seq.prefix_id] = blocks
         self._prefix_slots += full * self.block_size
 
@@ -204,10 +202,7 @@ class PagedKV:
                     continue
                 if pool.num_free == 0:
                     return i
-                table.append(pool.allocate())
-                final = seq.final_len
-                self._will_fill += min(slots + bs, final) - min(slots, final)
-                self._logical_slots += bs
+                self._append_block(table, seq)
                 continue
             # A group is readied whole or not at all: count what it needs before taking anything.
             if self._group_needs(rows, length) > pool.num_free:
@@ -220,13 +215,16 @@ class PagedKV:
                     self._moves.append(("copy", block, copy))
                     table[last] = copy
                     self._release(block, last, seq)
-                slots = len(table) * bs
-                if length >= slots:
-                    table.append(pool.allocate())
-                    final = seq.final_len
-                    self._will_fill += min(slots + bs, final) - min(slots, final)
-                    self._logical_slots += bs
+                if length >= len(table) * bs:
+                    self._append_block(table, seq)
         return len(seqs)
+
+    def _append_block(self, table: list[int], seq: Sequence) -> None:
+        """A new block at the end of a row's table (the pool has one free)."""
+        slots, bs, final = len(table) * self.block_size, self.block_size, seq.final_len
+        table.append(self.pool.allocate())
+        self._will_fill += min(slots + bs, final) - min(slots, final)
+        self._logical_slots += bs
 
     def _group_needs(self, rows: list[list[int]], length: int) -> int:
         """Blocks a group's decode step takes: a copy for each row writing into a block still shared after
@@ -301,7 +299,8 @@ class PagedKV:
             raise MemoryError(f"request {seq.id}: the host pool cannot hold its blocks")
         tables = self.block_tables.pop(seq.id)
         self._cached_tokens.pop(seq.id, None)
-        moved = self._move(tables, self.cpu_pool, self.cpu_tables, seq)
+        self.cpu_tables[seq.id], moved = self._remap(tables, self.cpu_pool, "out",
+                                                     lambda block, index: self.cpu_pool.share(block))
         self._drop_rows(seq, tables)
         return moved
 
@@ -317,42 +316,30 @@ class PagedKV:
         if len(self._distinct(tables)) > self.pool.num_free:
             raise MemoryError(f"request {seq.id}: the device pool cannot hold its blocks")
         # Take device blocks first (device sharing is counted by _share), then free the host ones.
-        mapping: dict[int, int] = {}
-        new_tables = []
-        for table in tables:
-            new = []
-            for index, block in enumerate(table):
-                if block in mapping:
-                    self._share(mapping[block], index, seq)
-                else:
-                    mapping[block] = self.pool.allocate()
-                    self._moves.append(("in", block, mapping[block]))
-                new.append(mapping[block])
-            new_tables.append(new)
+        new_tables, moved = self._remap(tables, self.pool, "in", lambda block, index: self._share(block, index, seq))
         for table in tables:
             for block in table:
                 self.cpu_pool.release(block)
         self.block_tables[seq.id] = new_tables
         self._add_rows(seq, new_tables)
-        return len(mapping)
+        return moved
 
-    def _move(self, tables, pool: BlockPool, into: dict, seq: Sequence) -> int:
-        """Map the group's distinct device blocks to new blocks of `pool` (shared ones once), queued as swap-out
-        moves; the group's tables of new blocks go into `into`; the blocks moved."""
+    def _remap(self, tables, pool: BlockPool, kind: str, share) -> tuple[list[list[int]], int]:
+        """Give each distinct block of `tables` a new block of `pool`, queued as a `kind` move; a block met again
+        is shared (`share(new block, index)`). The tables of new blocks, and how many blocks move."""
         mapping: dict[int, int] = {}
         out = []
         for table in tables:
             row = []
-            for block in table:
+            for index, block in enumerate(table):
                 if block in mapping:
-                    pool.share(mapping[block])
+                    share(mapping[block], index)
                 else:
                     mapping[block] = pool.allocate()
-                    self._moves.append(("out", block, mapping[block]))
+                    self._moves.append((kind, block, mapping[block]))
                 row.append(mapping[block])
             out.append(row)
-        into[seq.id] = out
-        return len(mapping)
+        return out, len(mapping)
 
     def drain_into(self, batch) -> None:
         """Hand the copy-on-write, swap-out and swap-in block pairs queued since the last call to `batch`."""
