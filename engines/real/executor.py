@@ -62,6 +62,11 @@ class RealExecutor:
     def _tensor(self, values, dtype) -> torch.Tensor:
         return torch.tensor(values, dtype=dtype, device=self.device)
 
+    def _tables(self, tables: list[list[int]]) -> torch.Tensor:
+        """Block tables as one [rows, longest] int32 tensor, short tables padded with block 0 (never read)."""
+        width = max(len(t) for t in tables)
+        return self._tensor([t + [0] * (width - len(t)) for t in tables], torch.int32)
+
     def _prefill_context(self, batch: Batch):
         ids, pos, slots, last, cu = [], [], [], [], [0]
         cached = batch.prefill_cached or [0] * len(batch.prefill)
@@ -77,14 +82,12 @@ class RealExecutor:
                                self._tensor(slots, torch.int64), cu_seqlens=self._tensor(cu, torch.int32))
         if any(cached):
             # New tokens after a cached shared prefix attend over it through the block table.
-            tables = [self.kv.table(s) for s in batch.prefill]
-            width = max(len(t) for t in tables)
-            ctx.block_tables = self._tensor([t + [0] * (width - len(t)) for t in tables], torch.int32)
+            ctx.block_tables = self._tables([self.kv.table(s) for s in batch.prefill])
             ctx.context_lens = self._tensor(cached, torch.int32)
         return ids, pos, last, ctx
 
     def _decode_context(self, batch: Batch):
-        ids, pos, slots, lens, tables, starts = [], [], [], [], [], []
+        ids, pos, slots, lens, tables, starts = [], [], [], [], None, []
         for seq in batch.decode:
             n = seq.length                            # the last generated token is fed at position n - 1
             for row in range(seq.width):
@@ -100,14 +103,12 @@ class RealExecutor:
                 lens.append(seq.length - 1)
         rows = [(s, r) for s in batch.decode + batch.padding for r in range(s.width)]
         if self.paged:
-            found = [self.kv.table(s, r) for s, r in rows]
-            width = max(len(t) for t in found)
-            tables = [t + [0] * (width - len(t)) for t in found]
+            tables = self._tables([self.kv.table(s, r) for s, r in rows])
         else:
             starts = [self.kv.slots(s, 0, 1, r)[0] for s, r in rows]     # first slot of each region
         ctx = IterationContext(self.cache.k, self.cache.v, self.ops, self.paged, False,
                                self._tensor(slots, torch.int64), context_lens=self._tensor(lens, torch.int32),
-                               block_tables=self._tensor(tables, torch.int32) if self.paged else None,
+                               block_tables=tables if self.paged else None,
                                seq_starts=None if self.paged else self._tensor(starts, torch.int64))
         return ids, pos, list(range(len(rows))), ctx
 

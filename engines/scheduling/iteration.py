@@ -91,6 +91,11 @@ class IterationScheduler:
         self._rows += seq.width
         self._stored += seq.width * seq.length
 
+    def _unhold(self, seq: Sequence) -> None:
+        del self.running[seq.id]
+        self._rows -= seq.width
+        self._stored -= seq.width * seq.length
+
     def _admit(self, now: float) -> Batch | None:
         admitted, lens, cached, tokens, rows = [], [], [], 0, self._rows
         while self.waiting and rows + self.waiting[0].width <= self.limits.max_num_seqs:
@@ -147,9 +152,7 @@ class IterationScheduler:
                     f"request {seq.id} ({seq.width} sequences) must be swapped out but the host pool cannot "
                     f"hold it ({self.kv.describe()}); raise engine.swap_space")
             swap = False   # one sequence: recompute it instead
-        del self.running[seq.id]
-        self._rows -= seq.width
-        self._stored -= seq.width * seq.length
+        self._unhold(seq)
         seq.preemptions += 1
         if swap:
             self.kv.swap_out(seq)
@@ -176,8 +179,6 @@ class IterationScheduler:
         """Free the sequences that produced their last token this iteration; returns them."""
         for seq in finished:
             seq.status = Status.FINISHED
-            del self.running[seq.id]
-            self._rows -= seq.width
-            self._stored -= seq.width * seq.length
+            self._unhold(seq)
             self.kv.free(seq)
         return finished
