@@ -25,18 +25,18 @@ from engines.specs.model import ModelSpec
 from engines.sim.beam_model import BeamModel
 from engines.sim.executor import SimExecutor
 from engines.sim.transfer import TransferModel
-from results.store import SUMMARY, is_complete, read_summary, save_run, write_json
-from results.sweep_callback import register_resolvers
-from results.summary import SLO, summarize
-from results.console import format_summary
-from results.wandb_logger import log_to_wandb, sweep_group
-from results.frames import iterations_frame, requests_frame
+from results.record.store import SUMMARY, is_complete, read_summary, save_run, write_json
+from results.report.callback import register_resolvers
+from results.record.summary import SLO, summarize
+from results.record.console import format_summary
+from results.record.wandb_logger import log_to_wandb, sweep_group
+from results.record.frames import iterations_frame, requests_frame
+from paths import CONF
 from workloads import WorkloadConfig, build_workload, format_stats, trace_stats
 
 log = logging.getLogger("pagedbench")
 register_resolvers()
 BACKENDS = ("sim", "real")
-CONF = Path(__file__).resolve().parent / "conf"
 
 
 def bad_group_choice(argv: list[str]) -> str | None:

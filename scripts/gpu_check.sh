@@ -28,7 +28,7 @@ OUTDIR="$(cd "$OUTDIR" && pwd)"
 PY=python3
 [ -x .venv/bin/python ] && PY="$(pwd)/.venv/bin/python"
 DRY_RUN="${DRY_RUN:-0}"
-TRACE="${TRACE:-results/traces/sharegpt_64_seed2.jsonl}"
+TRACE="${TRACE:-data/traces/sharegpt_64_seed2.jsonl}"
 if [ "$DRY_RUN" = 1 ]; then
     MODEL=tiny; DTYPE=float32; PRESET=dry-run-fitted; PROFILE_ARGS="--quick --repeats 2"
     BENCH_ARGS="--batches 2 --context-lens 64 --block-sizes 8 16 --num-stages 0 2"; KV="backend.cpu_kv_budget_mib=64"
@@ -88,13 +88,13 @@ fi
 KERNEL_TESTS=tests/kernels
 [ "$DRY_RUN" = 1 ] && KERNEL_TESTS="tests/kernels/test_decode_attention.py -k stages"
 step kernel_tests 120 "$PY" -m pytest $KERNEL_TESTS -q -p no:cacheprovider --junitxml="$OUTDIR/kernel_tests.xml"
-step kernel_bench 150 "$PY" -m tests.benchmarks.test_kernels --out "$OUTDIR/kernels" $BENCH_ARGS
-step profile "${PROFILE_LIMIT:-90}" "$PY" -m engines.real.profile --model "$MODEL" --dtype "$DTYPE" $PROFILE_ARGS \
+step kernel_bench 150 "$PY" -m studies.kernel_bench --out "$OUTDIR/kernels" $BENCH_ARGS
+step profile "${PROFILE_LIMIT:-90}" "$PY" -m studies.profile --model "$MODEL" --dtype "$DTYPE" $PROFILE_ARGS \
     --out "$OUTDIR/profile/$MODEL.parquet"
-step fit 30 "$PY" -m engines.sim.fit "$OUTDIR/profile/$MODEL.parquet" --base h200 --name "$PRESET"
-step swap_bench 60 "$PY" -m tests.benchmarks.test_swap --model "$MODEL" --tokens "$SWAP_TOKENS" --out "$OUTDIR/swap"
+step fit 30 "$PY" -m studies.fit "$OUTDIR/profile/$MODEL.parquet" --base h200 --name "$PRESET"
+step swap_bench 60 "$PY" -m studies.swap_bench --model "$MODEL" --tokens "$SWAP_TOKENS" --out "$OUTDIR/swap"
 mkdir -p "$OUTDIR/preset" && cp "conf/hardware/$PRESET.yaml" "$OUTDIR/preset/" 2>/dev/null
-step replay 150 "$PY" -m results.replay "$TRACE" --model "$MODEL" --hardware "$PRESET" \
+step replay 150 "$PY" -m studies.replay "$TRACE" --model "$MODEL" --hardware "$PRESET" \
     --engines static,orca_max,paged --out "$OUTDIR/replay" --real "$KV"
 
 [ "$DRY_RUN" = 1 ] && rm -f "conf/hardware/$PRESET.yaml"   # a dry run's preset is not a measurement

@@ -1,5 +1,4 @@
 """Every config group option composes and builds its dataclass; bad choices fail with a clear line."""
-from pathlib import Path
 import subprocess
 import sys
 
@@ -12,8 +11,8 @@ from engines.specs.hardware import HardwareSpec
 from engines.specs.model import ModelSpec
 from workloads import WorkloadConfig
 import run  # noqa: F401  (registers the config resolvers)
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 CONF = ROOT / "conf"
 GROUPS = {"engine": EngineConfig, "workload": WorkloadConfig, "model": ModelSpec, "hardware": HardwareSpec,
           "backend": None, "logger": None}

@@ -1,6 +1,5 @@
 """End-to-end runs on the simulated backend: every engine, the run folder, the summary."""
 import json
-from pathlib import Path
 import subprocess
 import sys
 
@@ -8,10 +7,10 @@ from hydra import compose, initialize_config_dir
 import pandas as pd
 import pytest
 
-from results.store import is_complete
+from results.record.store import is_complete
 import run as entry
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ENGINES = ["static", "orca_max", "orca_pow2", "orca_oracle", "paged"]
 SMALL = ["backend=sim", "workload=synthetic", "workload.num_requests=100", "workload.prompt_dist.low=16",
          "workload.prompt_dist.high=256", "model=opt-13b", "hardware=a100-40gb", "progress=false",

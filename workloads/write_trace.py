@@ -16,25 +16,26 @@ from pathlib import Path
 import sys
 
 from workloads.build import build_workload
-from workloads.stats import parse_workload
+from workloads.stats import OneLineParser, UsageError, add_workload_arguments, parse_workload
 from workloads.trace_file import SUFFIXES, write_trace
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 written, 2 bad command line or config, 1 the trace could not be built or written."""
-    with_tokens = "--with-tokens" in argv
-    argv = [a for a in argv if a != "--with-tokens"]
-    if len(argv) < 2 or "=" in argv[0] or "=" in argv[1]:
-        print("usage: python -m workloads.write_trace OUT.jsonl|OUT.parquet NAME [key=value ...] [--with-tokens]",
-              file=sys.stderr)
+    parser = OneLineParser(prog="python -m workloads.write_trace", description=__doc__.splitlines()[0])
+    parser.add_argument("out", type=Path, metavar="OUT", help=f"the trace file to write ({' or '.join(SUFFIXES)})")
+    add_workload_arguments(parser)
+    parser.add_argument("--with-tokens", action="store_true", help="also write each prompt's token ids")
+    try:
+        args = parser.parse_args(argv)
+        out = args.out
+        if out.suffix not in SUFFIXES:
+            print(f"error: {out}: a trace file ends in {' or '.join(SUFFIXES)}", file=sys.stderr)
+            return 2
+        cfg = parse_workload(args.workload, args.overrides)
+    except UsageError:
         return 2
-    out = Path(argv[0])
-    if out.suffix not in SUFFIXES:
-        print(f"error: {out}: a trace file ends in {' or '.join(SUFFIXES)}", file=sys.stderr)
-        return 2
-    cfg = parse_workload(argv[1:])
-    if isinstance(cfg, int):
-        return cfg
+    with_tokens = args.with_tokens
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         requests = build_workload(cfg)
@@ -49,4 +50,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -9,7 +9,7 @@ prompt's prefill every beam extends the prompt. The draws come from a
 generator seeded by (seed, request id), so every engine sees the same
 beams for the same request, step by step.
 
-`python -m results.beam_check` fits `decay` to the parents a real beam
+`python -m studies.beam_check` fits `decay` to the parents a real beam
 search chooses (maximum likelihood over a grid) and compares the memory
 saving the two produce on the same lengths.
 """

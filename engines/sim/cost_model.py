@@ -37,7 +37,7 @@ row per sequence:
   hw.paged_block_cost_tokens context tokens' cost on top of its tokens, the
   paged kernel's measured penalty; the contiguous layout has none.
 
-A fitted preset (hw.fitted, written by `python -m engines.sim.fit`) replaces
+A fitted preset (hw.fitted, written by `python -m studies.fit`) replaces
 the roofline with the linear terms measured on one model (`LinearCostModel`);
 `engines.sim.build.build_cost_model` picks the one the preset asks for.
 

@@ -5,7 +5,7 @@
         + paged_ctx * context tokens + paged_block * blocks read (paged layout, by block size)
 
 The coefficients come from a hardware preset's `fitted` block, written by
-`python -m engines.sim.fit` from a profile of one model on one device; they
+`python -m studies.fit` from a profile of one model on one device; they
 hold for that model only, so another model is refused. Like the roofline it
 sees only the batch's shape and the KV layout, the same for every engine.
 """
@@ -34,8 +34,8 @@ class LinearCostModel:
             raise ValueError(f"hardware preset {hw.name!r}: fitted terms must be numbers >= 0: {bad}")
         if fitted.get("model") not in (None, model.name):
             raise ValueError(f"hardware preset {hw.name!r} was fitted for model {fitted['model']!r}, not "
-                             f"{model.name!r}: profile and fit that model (python -m engines.real.profile, "
-                             f"python -m engines.sim.fit)")
+                             f"{model.name!r}: profile and fit that model (python -m studies.profile, "
+                             f"python -m studies.fit)")
         self.model, self.hw, self.block_size = model, hw, block_size
         self.c = {t: float(fitted[t]) for t in TERMS}
 

@@ -26,7 +26,7 @@ class HardwareSpec:
     # one layer's K or V). 0: no link modelled; the sim then refuses to time a swap.
     host_link_bandwidth: float = 0.0
     host_transfer_latency_s: float = 0.0
-    # A fitted preset (python -m engines.sim.fit): linear iteration-time terms measured on one model,
+    # A fitted preset (python -m studies.fit): linear iteration-time terms measured on one model,
     # which replace the roofline; None for a datasheet preset.
     fitted: dict | None = None
 

@@ -1,26 +1,23 @@
 """Load a model or hardware preset (conf/model/NAME.yaml, conf/hardware/NAME.yaml) outside Hydra."""
 from __future__ import annotations
 
-from pathlib import Path
-
 from omegaconf import OmegaConf
 
 from engines.specs.hardware import HardwareSpec
 from engines.specs.model import ModelSpec
-
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from paths import CONF
 
 
 def available(group: str) -> list[str]:
     """Preset names of a config group ("model" or "hardware")."""
-    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
 def _load(group: str, name: str) -> dict:
     names = available(group)
     if name not in names:
         raise ValueError(f"unknown {group} preset {name!r}; available: {names}")
-    return OmegaConf.to_container(OmegaConf.load(CONF_DIR / group / f"{name}.yaml"), resolve=True)
+    return OmegaConf.to_container(OmegaConf.load(CONF / group / f"{name}.yaml"), resolve=True)
 
 
 def load_model(name: str) -> ModelSpec:

@@ -18,8 +18,8 @@ from engines.sim.build import build_cost_model
 from engines.loop import run_engine
 from engines.specs.presets import load_hardware, load_model
 from engines.sim.executor import SimExecutor
-from results.frames import iterations_frame, requests_frame
-from results.summary import summarize
+from results.record.frames import iterations_frame, requests_frame
+from results.record.summary import summarize
 from workloads import WorkloadConfig, build_workload
 
 ENGINES = [dict(name="static"), dict(name="orca", reservation="max"), dict(name="orca", reservation="pow2"),

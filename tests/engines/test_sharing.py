@@ -551,8 +551,8 @@ def sim_run(setting, engine, requests, capacity_slots):
     from engines.sim.build import build_cost_model
     from engines.sim.executor import SimExecutor
     from engines.sim.transfer import TransferModel
-    from results.frames import iterations_frame, requests_frame
-    from results.summary import summarize
+    from results.record.frames import iterations_frame, requests_frame
+    from results.record.summary import summarize
 
     model, hardware = setting
     width = max(r.width for r in requests)

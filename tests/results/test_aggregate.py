@@ -1,6 +1,6 @@
 """The sweep aggregate: finished runs only, failures apart, atomic and reproducible outputs."""
-import json
 from pathlib import Path
+import json
 import subprocess
 import sys
 
@@ -8,10 +8,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from results.aggregate import main, write_aggregate
-from results.sweep import collect, collect_failures
+from results.report.aggregate import main, write_aggregate
+from results.sweeps.collect import collect, collect_failures
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def summary(engine: str, rate: float | None, block_size: int | None = None, latency: float = 0.05) -> dict:
@@ -156,6 +156,6 @@ def test_command_exits_2_with_one_line(case, tmp_path, sweep, capsys):
 
 
 def test_module_entry_point(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "results.aggregate", str(tmp_path / "nowhere")],
+    done = subprocess.run([sys.executable, "-m", "results.report.aggregate", str(tmp_path / "nowhere")],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and "no such folder" in done.stderr and "Traceback" not in done.stderr

@@ -2,16 +2,15 @@
 seeds, and the Hydra sweeper end to end (basic launcher; joblib and submitit's local executor when slow)."""
 import json
 import math
-from pathlib import Path
 import subprocess
 import sys
 
 import pandas as pd
 import pytest
 
-from results.capacity import Criterion, RateSearch, main, ratio_summary, ratio_table
+from results.sweeps.capacity import Criterion, RateSearch, main, ratio_summary, ratio_table
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def hockey_stick(knee):

@@ -1,13 +1,12 @@
 """The report is built from run folders alone and says what is missing."""
-from pathlib import Path
 import subprocess
 import sys
 
 import pytest
 
-from results.report import build_report
+from results.report.write import build_report
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow

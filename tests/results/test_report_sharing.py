@@ -3,9 +3,9 @@ import numpy as np
 import pandas as pd
 
 from engines.sim.beam_model import BeamModel, fit_decay
-from results import report_sharing as rs
-from results.beam_check import distinct_parents, model_distinct_parents
-from results.swap_cost import main as swap_cost_main, swap_cost_table
+from results.report import sharing as rs
+from studies.beam_check import distinct_parents, model_distinct_parents
+from studies.swap_cost import main as swap_cost_main, swap_cost_table
 
 
 def capacity_rows(workloads, caps, saving):

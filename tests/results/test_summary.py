@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from engines.kv.memory_split import CATEGORIES
-from results.summary import SLO, slo_met, steady_window, summarize
+from results.record.summary import SLO, slo_met, steady_window, summarize
 
 
 def requests_table(rows):

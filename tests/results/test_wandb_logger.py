@@ -20,9 +20,9 @@ import pandas as pd
 import pytest
 
 from engines.kv.memory_split import CATEGORIES
-from results.wandb_logger import LoggerConfig, WandbRun, iteration_series, log_to_wandb, run_name, sweep_group
+from results.record.wandb_logger import LoggerConfig, WandbRun, iteration_series, log_to_wandb, run_name, sweep_group
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 32 * 1024          # the log is cut into 32 KiB blocks
 HEADER = struct.Struct("<IHB")   # per chunk: checksum, length, type (1 full, 2 first, 3 middle, 4 last)
 WANDB_CFG = {"name": "wandb", "mode": "offline", "project": "pagedbench-test", "tags": ["unit"]}
@@ -224,7 +224,7 @@ def test_no_logger_writes_nothing_and_never_imports_wandb(logger, tmp_path):
         import sys
         from pathlib import Path
         import pandas as pd
-        from results.wandb_logger import log_to_wandb
+        from results.record.wandb_logger import log_to_wandb
         empty = pd.DataFrame()
         assert log_to_wandb({logger!r}, {{}}, Path({str(tmp_path)!r}), empty, empty, {{}}) is None
         print("wandb imported" if "wandb" in sys.modules else "wandb not imported")

@@ -1,12 +1,14 @@
 """Fixtures for the workload tests: a private cache directory and the data files."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
+import json
 
 import pytest
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+from paths import TEST_DATA
+
+DATA_DIR = TEST_DATA
 
 
 @pytest.fixture(autouse=True)

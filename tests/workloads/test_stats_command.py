@@ -2,14 +2,14 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from workloads import Request, format_stats, trace_stats
 from workloads.stats import main
+from paths import ROOT, TEST_DATA
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 
 
 def request(i, arrival, prompt_len, output_len):
@@ -95,7 +95,7 @@ def test_stats_of_sampling_and_shared_prefixes():
 
 @pytest.mark.parametrize("argv, first_line", [
     (["translation", "num_shots=5", "num_requests=30"], "translation_5shot: 30 requests"),
-    (["chat", f"path={Path(__file__).resolve().parents[1] / 'data' / 'sharegpt_small.json'}", "num_requests=4"],
+    (["chat", f"path={TEST_DATA / 'sharegpt_small.json'}", "num_requests=4"],
      "chat: 4 requests"),
 ])
 def test_command_prints_the_new_workloads(capsys, argv, first_line):

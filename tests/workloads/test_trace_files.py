@@ -2,7 +2,6 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -10,8 +9,8 @@ import pytest
 from workloads import WorkloadConfig, build_workload
 from workloads.trace_file import read_trace, write_trace
 from workloads.write_trace import main
+from paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def lengths(trace):

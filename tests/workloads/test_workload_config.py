@@ -1,12 +1,12 @@
 import math
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from workloads import LengthDist, WorkloadConfig
+from paths import CONF
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf" / "workload"
+CONF_DIR = CONF / "workload"
 
 
 def test_defaults_are_vllm_benchmark_rules():

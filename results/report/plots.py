@@ -25,9 +25,9 @@ import matplotlib.pyplot as plt   # noqa: E402
 import numpy as np   # noqa: E402
 import pandas as pd   # noqa: E402
 
-from results.sweep import engine_rank   # noqa: E402
-from results.store import atomic_write   # noqa: E402
-from results.sustainable import DEFAULT_THRESHOLD   # noqa: E402
+from results.sweeps.collect import engine_rank   # noqa: E402
+from results.record.store import atomic_write   # noqa: E402
+from results.sweeps.sustainable import DEFAULT_THRESHOLD   # noqa: E402
 
 ENGINE_COLORS = {"static": "#7f7f7f", "orca-max": "#d62728", "orca-pow2": "#ff7f0e",
                  "orca-oracle": "#9467bd", "paged": "#1f77b4"}

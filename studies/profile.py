@@ -1,7 +1,7 @@
 """Profile the real backend's iteration time over a designed grid of batch shapes on the present device.
 
-    python -m engines.real.profile --model tiny --out results/profiles/cpu_tiny.parquet
-    python -m engines.real.profile --model opt-1.3b --dtype float16 --out OUT.parquet      # on a GPU
+    python -m studies.profile --model tiny --out data/profiles/cpu_tiny.parquet
+    python -m studies.profile --model opt-1.3b --dtype float16 --out OUT.parquet      # on a GPU
 
 Each shape is one real iteration through the same executor the engines use
 (the model's forward pass, attention through the KV layout, sampling):
@@ -12,7 +12,7 @@ Each shape is one real iteration through the same executor the engines use
 
 A shape runs `--warmup` times untimed, then `--repeats` times; the table
 keeps the median and the minimum (seconds), with the features the cost
-model's fit reads (`engines/sim/fit.py`): rows, tokens, prefill pairs
+model's fit reads (`studies/fit.py`): rows, tokens, prefill pairs
 (sum of L * (L + 1)), decode context tokens and blocks touched. A JSON file
 beside the table records the device, library versions, thread count and date.
 """
@@ -180,7 +180,7 @@ def write_profile(df: pd.DataFrame, env: dict, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engines.real.profile", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m studies.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny", help="model preset (conf/model/NAME.yaml); random weights")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")

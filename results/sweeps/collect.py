@@ -21,7 +21,7 @@ import shlex
 import pandas as pd
 import yaml
 
-from results.store import SUMMARY
+from results.record.store import SUMMARY
 
 ENGINE_ORDER = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
 ERROR = "error.json"

@@ -1,6 +1,6 @@
 """Capacity: the highest request rate an engine serves within a criterion, found by search.
 
-    python -m results.capacity SWEEP_DIR
+    python -m results.sweeps.capacity SWEEP_DIR
 
 A capacity search (the `capacity` Hydra sweeper, `python run.py -m
 experiment=capacity`) runs, for every curve of its grid (engine, workload,
@@ -35,8 +35,8 @@ import sys
 
 import pandas as pd
 
-from results.store import atomic_write, write_parquet
-from results.sweep import ENGINE_ORDER, engine_rank
+from results.record.store import atomic_write, write_parquet
+from results.sweeps.collect import ENGINE_ORDER, engine_rank
 
 CAPACITY_CSV = "capacity.csv"
 RATIOS_CSV = "capacity_ratios.csv"
@@ -244,7 +244,7 @@ def read_capacity(sweep_dir: Path) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.capacity", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m results.sweeps.capacity", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
     args = parser.parse_args(argv)
     try:

@@ -1,9 +1,9 @@
 """The reproduction report: our figures beside the paper's, regenerated from run folders alone.
 
     python run.py -m experiment=memory_waste          # and capacity, batch_size, block_size
-    python -m results.report                          # -> results/REPORT.md and results/figures/
+    python -m results.report                          # -> docs/REPORT.md and docs/figures/
 
-Reads outputs/experiments/NAME (one sweep per experiment) and results/real_cpu
+Reads outputs/experiments/NAME (one sweep per experiment) and data/runs/real_cpu
 (the real-backend CPU runs kept in the repository). A missing experiment is
 reported as missing, not invented.
 """
@@ -18,16 +18,16 @@ import sys
 import pandas as pd
 
 from engines.kv.budget import kv_budget
+from paths import EXPERIMENTS, KEPT_RUNS, OUTPUTS, REPORT
 from engines.specs.presets import load_hardware, load_model
-from results.report_sharing import (section_chat, section_prefix, section_real_sharing, section_sampling,
+from results.report.sharing import (section_chat, section_prefix, section_real_sharing, section_sampling,
                                     section_swap)
-from results.capacity import CAPACITY_CSV, capacity_summary, ratio_summary, ratio_table
-from results.plots import (has_curve, plot_batch_size, plot_block_size, plot_latency_vs_rate, plot_memory_waste,
+from results.sweeps.capacity import CAPACITY_CSV, capacity_summary, ratio_summary, ratio_table
+from results.report.plots import (has_curve, plot_batch_size, plot_block_size, plot_latency_vs_rate, plot_memory_waste,
                            rate_curves)
-from results.store import atomic_write
-from results.sweep import collect
+from results.record.store import atomic_write
+from results.sweeps.collect import collect
 
-ROOT = Path(__file__).resolve().parent.parent
 THRESHOLD = 0.2           # s/token: the latency criterion of experiment=capacity
 # The earlier report's paged / baseline ratios at 0.2 s/token (git show 571ed63:results/REPORT.md), quoted
 # beside this report's to show what the measurement method changed.
@@ -119,7 +119,7 @@ def trace_length_effect(capacity: pd.DataFrame, short: pd.DataFrame | None) -> s
 def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = None) -> str:
     """What the measurement method is, and the earlier report's ratios beside this one's."""
     text = ("## Method\n\n"
-            "How every figure below is measured (`results/summary.py`, `results/capacity.py`), the same for "
+            "How every figure below is measured (`results/record/summary.py`, `results/sweeps/capacity.py`), the same for "
             "every engine:\n\n"
             "- **Fixed-duration traces**: Poisson arrivals over one hour (`workload.duration_s=3600`), as the "
             "paper's; the number of requests follows from the rate, so an engine tried at a higher rate serves "
@@ -210,7 +210,7 @@ def trace_note(df: pd.DataFrame, sweep: Path) -> str:
 
 
 def section_capacity(capacity: pd.DataFrame | None, runs: pd.DataFrame | None, figures: Path) -> str:
-    head = ("## Figure 12: capacity\n\n`python run.py -m experiment=capacity` (then `python -m results.capacity "
+    head = ("## Figure 12: capacity\n\n`python run.py -m experiment=capacity` (then `python -m results.sweeps.capacity "
             "outputs/experiments/capacity` prints the same tables): one-hour Poisson traces of ShareGPT and the "
             "synthetic Alpaca-like trace, OPT-13B on one A100-40GB, sim backend, workload seeds 0-2; each "
             "engine's capacity searched to 2% under each criterion (see Method).\n\n")
@@ -321,18 +321,18 @@ def section_blocks(df: pd.DataFrame | None, figures: Path) -> str:
 
 
 def section_validation(replay_dir: Path) -> str:
-    """The sim against the real backend on one trace (results.replay), with the fitted CPU preset."""
+    """The sim against the real backend on one trace (studies.replay), with the fitted CPU preset."""
     head = ("## The sim against the real backend (calibration and validation)\n\n"
-            "`python -m engines.real.profile --model tiny --out results/profiles/cpu_tiny.parquet` (real iteration "
-            "times over designed shapes), `python -m engines.sim.fit results/profiles/cpu_tiny.parquet --base cpu "
+            "`python -m studies.profile --model tiny --out data/profiles/cpu_tiny.parquet` (real iteration "
+            "times over designed shapes), `python -m studies.fit data/profiles/cpu_tiny.parquet --base cpu "
             "--name cpu-tiny` (non-negative least squares to `conf/hardware/cpu-tiny.yaml`), then "
-            "`python -m results.replay results/traces/sharegpt_100_seed1.jsonl --hardware cpu-tiny` (100 ShareGPT "
+            "`python -m studies.replay data/traces/sharegpt_100_seed1.jsonl --hardware cpu-tiny` (100 ShareGPT "
             "requests at t = 0, seed 1, not used by the fit; each engine on the real backend, then on the sim with "
             "the real run's KV slots; the two execute the same iterations, so each iteration's time is compared).\n\n")
     path = replay_dir / "replay.csv"
     if not path.is_file():
         return head + "*Not run: no replay.csv under " + str(replay_dir) + ".*\n"
-    from results.replay import format_table   # noqa: PLC0415
+    from studies.replay import format_table   # noqa: PLC0415
     t = pd.read_csv(path)
     worst = t.loc[t["output_tokens_per_s_error_pct"].abs().idxmax()]
     return (head + format_table(t) + "\n\nTargets were throughput and makespan within 5% and per-iteration MAPE "
@@ -347,10 +347,10 @@ def section_validation(replay_dir: Path) -> str:
 def section_real(folder: Path) -> str:
     head = ("## The real backend on this machine's CPU\n\n`python run.py -m engine=static,orca,paged` (tiny OPT "
             "model, random weights, fp32, 100 ShareGPT requests at t = 0, 64 MiB KV budget = 8,192 slots; "
-            "results kept in `results/real_cpu/`)\n\n")
+            "results kept in `data/runs/real_cpu/`)\n\n")
     runs = sorted(folder.glob("*/summary.json")) if folder.is_dir() else []
     if not runs:
-        return head + "*No real-backend results under results/real_cpu/.*\n"
+        return head + "*No real-backend results under data/runs/real_cpu/.*\n"
     summaries = {json.loads(p.read_text())["engine"]: json.loads(p.read_text()) for p in runs}
     rows = [[e, num(s["output_tokens_per_s"], ".1f"), num(s["mean_batch_size"]), pct(s["mem_token_states"]),
              pct(s["mem_waiting_token_states"]), num(s["wall_s"], ".0f")]
@@ -411,7 +411,7 @@ def build_report(experiments: Path, real_cpu: Path, out: Path, replay_dir: Path 
         section_sampling(experiments),
         section_prefix(experiments),
         section_chat(experiments),
-        section_swap(experiments, ROOT / "results" / "swap_bench_cpu"),
+        section_swap(experiments, KEPT_RUNS / "swap_bench_cpu"),
         section_real(real_cpu),
         section_real_sharing(experiments),
         section_validation(replay_dir),
@@ -420,7 +420,7 @@ def build_report(experiments: Path, real_cpu: Path, out: Path, replay_dir: Path 
         "translation; their latency ratio, with Triton's pipelining stages as a knob, torch SDPA on the same K/V "
         "as an outside reference and bandwidth against the measured copy ceiling, need a GPU: "
         "`bash scripts/gpu_check.sh OUTDIR` (about 8 minutes; also an OPT-1.3B profile, a fitted GPU preset and "
-        "a replay of `results/traces/sharegpt_64_seed2.jsonl` through both backends; `DRY_RUN=1` checks it on a "
+        "a replay of `data/traces/sharegpt_64_seed2.jsonl` through both backends; `DRY_RUN=1` checks it on a "
         "CPU). No GPU was available for this report: the sim's GPU presets charge paged attention the paper's "
         "Figure 18a penalty instead (each block read at 3.68 context tokens' cost: +23% at block size 16, more "
         "for smaller blocks; `paged_block_cost_tokens` in `conf/hardware/*.yaml`).\n",
@@ -432,11 +432,11 @@ def build_report(experiments: Path, real_cpu: Path, out: Path, replay_dir: Path 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m results.report", description=__doc__.splitlines()[0])
-    parser.add_argument("--experiments", type=Path, default=ROOT / "outputs" / "experiments")
-    parser.add_argument("--real-cpu", type=Path, default=ROOT / "results" / "real_cpu")
-    parser.add_argument("--out", type=Path, default=ROOT / "results" / "REPORT.md")
-    parser.add_argument("--replay", type=Path, default=ROOT / "outputs" / "replay",
-                        help="a folder of python -m results.replay (its replay.csv)")
+    parser.add_argument("--experiments", type=Path, default=EXPERIMENTS)
+    parser.add_argument("--real-cpu", type=Path, default=KEPT_RUNS / "real_cpu")
+    parser.add_argument("--out", type=Path, default=REPORT)
+    parser.add_argument("--replay", type=Path, default=OUTPUTS / "replay",
+                        help="a folder of python -m studies.replay (its replay.csv)")
     args = parser.parse_args(argv)
     print(build_report(args.experiments, args.real_cpu, args.out, args.replay))
     return 0

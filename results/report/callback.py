@@ -27,8 +27,8 @@ class AggregateSweep(Callback):
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         folder = Path(config.hydra.sweep.dir)
         try:
-            from results.aggregate import write_aggregate
+            from results.report.aggregate import write_aggregate
 
             log.info("sweep aggregate: %s", write_aggregate(folder))
         except Exception as err:   # the runs' own results are already safe on disk
-            log.warning("could not aggregate %s (%s); run `python -m results.aggregate %s`", folder, err, folder)
+            log.warning("could not aggregate %s (%s); run `python -m results.report.aggregate %s`", folder, err, folder)

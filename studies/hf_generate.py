@@ -1,7 +1,7 @@
 """An outside reference point: the same trace through `transformers` `generate` with static batching.
 
-    python scripts/hf_generate_baseline.py                     # the default real-backend trace and model
-    python scripts/hf_generate_baseline.py batch_size=8 workload.num_requests=50
+    python -m studies.hf_generate                                   # the default real-backend trace and model
+    python -m studies.hf_generate --batch-size 8 workload.num_requests=50
 
 Requests are taken in arrival order, `batch_size` at a time (default: as
 many max_seq_len regions as the static engine's KV budget holds), prompts
@@ -11,37 +11,41 @@ output tokens only, as our summary does. Prints one JSON line.
 """
 from __future__ import annotations
 
+import argparse
 import json
-from pathlib import Path
-import sys
 import time
 
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from engines.specs.model import ModelSpec  # noqa: E402
-from engines.real.build import RealBackendConfig  # noqa: E402
-from engines.real.kv_cache import bytes_per_slot, kv_budget_bytes  # noqa: E402
-from engines.real.model import build_model, resolve_device, resolve_dtype  # noqa: E402
-from workloads import WorkloadConfig, build_workload  # noqa: E402
+from engines.specs.model import ModelSpec
+from engines.real.build import RealBackendConfig
+from engines.real.kv_cache import bytes_per_slot, kv_budget_bytes
+from engines.real.model import build_model, resolve_device, resolve_dtype
+from paths import CONF
+from workloads import WorkloadConfig, build_workload
 
 
-def main(argv: list[str]) -> dict:
-    own = [a for a in argv if a.startswith("batch_size=")]
-    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        cfg = compose(config_name="config", overrides=[a for a in argv if a not in own])
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m studies.hf_generate", description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="requests per generate call (default: max_seq_len regions the KV budget holds)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="config overrides, as for run.py (workload.num_requests=24, model=..., backend.*)")
+    args = parser.parse_args(argv)
+    if args.batch_size is not None and args.batch_size < 1:
+        parser.error("--batch-size must be >= 1")
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        cfg = compose(config_name="config", overrides=args.overrides)
     spec = ModelSpec.from_dict(OmegaConf.to_container(cfg.model, resolve=True))
     backend = RealBackendConfig.from_dict(OmegaConf.to_container(cfg.backend, resolve=True))
     device = resolve_device(backend.device)
     dtype = resolve_dtype(backend.dtype, device)
     model = build_model(spec, device, dtype, seed=backend.seed, path=spec.path)
     model.set_attn_implementation("sdpa")
-    if own:
-        batch_size = int(own[0].split("=", 1)[1])
+    if args.batch_size is not None:
+        batch_size = args.batch_size
     else:
         per_slot = bytes_per_slot(spec.num_layers, spec.num_kv_heads, spec.head_dim, dtype)
         budget = kv_budget_bytes(device, backend.kv_budget_mib, backend.kv_budget_fraction, backend.cpu_kv_budget_mib)
@@ -77,4 +81,4 @@ def main(argv: list[str]) -> dict:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -1,6 +1,6 @@
 """Check the sim's beam model against the real backend's beam search on the same requests.
 
-    python -m results.beam_check [--widths 2 4 6] [--requests 32] [--out outputs/beam_check]
+    python -m studies.beam_check [--widths 2 4 6] [--requests 32] [--out outputs/beam_check]
 
 For each beam width, the same Alpaca requests (offline, their true output
 lengths) run on the real backend (the tiny model, the paged engine, a CPU)
@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from results.store import atomic_write
+from paths import OUTPUTS
+from results.record.store import atomic_write
 
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _requests(num: int, width: int, seed: int):
@@ -51,7 +51,7 @@ def run_real(requests, budget_mib: float, seed: int):
     from engines.loop import run_engine
     from engines.real.build import RealBackendConfig, build_real
     from engines.specs.presets import load_model
-    from results.frames import iterations_frame
+    from results.record.frames import iterations_frame
 
     spec = load_model("tiny")
     limits = SchedulerLimits(max_seq_len=spec.max_seq_len)
@@ -82,7 +82,7 @@ def run_sim(requests, slots: int, decay: float, seed: int) -> pd.DataFrame:
     from engines.sim.executor import SimExecutor
     from engines.sim.transfer import TransferModel
     from engines.specs.presets import load_hardware, load_model
-    from results.frames import iterations_frame
+    from results.record.frames import iterations_frame
 
     spec, hw = load_model("tiny"), load_hardware("cpu-tiny")
     engine = EngineConfig(name="paged", swap_space=1)
@@ -124,12 +124,12 @@ def check(widths: list[int], num_requests: int, budget_mib: float, seed: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.beam_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m studies.beam_check", description=__doc__.splitlines()[0])
     parser.add_argument("--widths", type=int, nargs="+", default=[2, 4, 6])
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--kv-mib", type=float, default=16.0, help="the real run's KV budget (MiB)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "beam_check")
+    parser.add_argument("--out", type=Path, default=OUTPUTS / "beam_check")
     args = parser.parse_args(argv)
     if any(w < 2 for w in args.widths) or args.requests < 1:
         parser.error("beam widths must be >= 2 and --requests >= 1")

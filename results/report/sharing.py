@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from results.capacity import CAPACITY_CSV
+from results.sweeps.capacity import CAPACITY_CSV
 
 BASELINES = ("orca-max", "orca-pow2", "orca-oracle")
 # Figures 14-15 (OPT-13B, Alpaca): memory saving by sharing, %.
@@ -104,7 +104,7 @@ def section_sampling(experiments: Path) -> str:
               "paper saving %"]
     for name, label in (("sampling", "Parallel sampling"), ("beam", "Beam search")):
         cap = load_capacity(experiments, name)
-        command = f"`python run.py -m experiment={name}` (`python -m results.capacity outputs/experiments/{name}`)"
+        command = f"`python run.py -m experiment={name}` (`python -m results.sweeps.capacity outputs/experiments/{name}`)"
         if cap is None:
             parts.append(f"**{label}**: " + not_run(name))
             continue
@@ -161,7 +161,7 @@ def trace_length_check(experiments: Path) -> str:
 
 
 def section_beam_check(path: Path) -> str:
-    head = ("**The sim's beam model against the real beam search**, `python -m results.beam_check` (32 Alpaca "
+    head = ("**The sim's beam model against the real beam search**, `python -m studies.beam_check` (32 Alpaca "
             "requests at t = 0, the tiny model with random weights on this CPU, the paged engine, 16 MiB of KV; "
             "then the sim on the same requests and KV slots). The sim draws each new beam's parent rank r with "
             "probability proportional to decay^r (`engines/sim/beam_model.py`); the decay is fitted to the real "
@@ -222,7 +222,7 @@ def section_chat(experiments: Path) -> str:
 
 
 def section_swap(experiments: Path, swap_bench: Path) -> str:
-    from results.swap_cost import swap_cost_table   # noqa: PLC0415
+    from studies.swap_cost import swap_cost_table   # noqa: PLC0415
 
     head = ("## Swapping and recomputation (Figure 19)\n\n"
             "A preempted request's blocks move to a host pool and back (`engine.preemption=swap`), or are freed "
@@ -232,7 +232,7 @@ def section_swap(experiments: Path, swap_bench: Path) -> str:
     t = swap_cost_table()
     rows = [[str(int(r.block_size)), _num(r.swap_one_way_ms, ".1f"), _num(r.recompute_ms, ".1f"),
              _num(r.recompute_over_swap, ".2f")] for r in t.itertuples()]
-    parts = [head, "**Figure 19a on the sim**, `python -m results.swap_cost` (OPT-13B, A100-40GB, 1,024 tokens):\n\n"
+    parts = [head, "**Figure 19a on the sim**, `python -m studies.swap_cost` (OPT-13B, A100-40GB, 1,024 tokens):\n\n"
              + _table(["block size", "swap one way (ms)", "recompute (ms)", "recompute / swap"], rows) + "\n"]
     bench = swap_bench / "swap_bench.csv"
     if bench.is_file():
@@ -242,7 +242,7 @@ def section_swap(experiments: Path, swap_bench: Path) -> str:
         b = b[b["tokens"] == b["tokens"].min()]
         rows = [[str(int(r.block_size)), _num(r.swap_out_ms, ".2f"), _num(r.swap_in_ms, ".2f"),
                  _num(r.recompute_ms, ".0f")] for r in b.itertuples()]
-        parts.append(f"**Figure 19a on this machine's CPU**, `python -m tests.benchmarks.test_swap --out "
+        parts.append(f"**Figure 19a on this machine's CPU**, `python -m studies.swap_bench --out "
                      f"{swap_bench.relative_to(swap_bench.parents[1])}` ({meta.get('model', 'tiny')} model, "
                      f"{int(b['tokens'].iloc[0])} tokens, {meta.get('dtype', '')}; a CPU's \"host link\" is a memcpy "
                      f"in RAM, and recomputation is slow on 2 cores; fitted: "

@@ -9,17 +9,18 @@ import yaml
 
 from engines.sim.build import build_cost_model
 from engines.sim.cost_model import CostModel, blocks_read
-from engines.sim.fit import FEATURES, design_matrix, fit, nnls, write_preset
+from studies.fit import FEATURES, design_matrix, fit, nnls, write_preset
 from engines.sim.linear_cost import LinearCostModel
 from engines.specs.hardware import HardwareSpec
-from engines.specs.presets import CONF_DIR, load_hardware, load_model
+from engines.specs.presets import load_hardware, load_model
+from paths import CONF
 
 TRUE = {"overhead_s": 3e-3, "per_row_s": 2e-4, "per_token_s": 5e-5, "prefill_pair_s": 1e-8,
         "contiguous_ctx_s": 4e-7, "paged_ctx_s": 5e-7, "paged_block_s": 2e-6}
 
 
 def synthetic_profile(noise=0.0, seed=0):
-    """Profile rows as engines.real.profile writes them, timed by the TRUE linear model."""
+    """Profile rows as studies.profile writes them, timed by the TRUE linear model."""
     rng = np.random.default_rng(seed)
     rows = []
     for n in (1, 2, 4, 8):
@@ -64,7 +65,7 @@ def test_fit_is_close_under_measurement_noise():
 
 def test_written_preset_loads_and_times_like_the_fitted_model(tmp_path):
     (tmp_path / "hardware").mkdir()
-    (tmp_path / "hardware" / "cpu.yaml").write_text((CONF_DIR / "hardware" / "cpu.yaml").read_text())
+    (tmp_path / "hardware" / "cpu.yaml").write_text((CONF / "hardware" / "cpu.yaml").read_text())
     coef, residuals = fit(synthetic_profile())
     env = {"model": "tiny", "dtype": "float32", "device": "cpu", "date": "2026-11-30"}
     out = write_preset(coef, residuals, env, tmp_path / "p.parquet", "cpu", "cpu-test", conf_dir=tmp_path)

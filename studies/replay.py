@@ -1,7 +1,7 @@
 """Validate the sim against the real backend: one trace through both, per engine, and the sim's error.
 
-    python -m workloads.write_trace results/traces/sharegpt_100_seed1.jsonl sharegpt num_requests=100 seed=1
-    python -m results.replay results/traces/sharegpt_100_seed1.jsonl --hardware cpu-tiny
+    python -m workloads.write_trace data/traces/sharegpt_100_seed1.jsonl sharegpt num_requests=100 seed=1
+    python -m studies.replay data/traces/sharegpt_100_seed1.jsonl --hardware cpu-tiny
 
 For each engine, the trace runs first on the real backend (`backend=real`),
 then on the sim (`backend=sim hardware=HARDWARE`) with the real run's KV
@@ -25,9 +25,9 @@ import sys
 import numpy as np
 import pandas as pd
 
-from results.store import atomic_write
+from paths import OUTPUTS, ROOT
+from results.record.store import atomic_write
 
-ROOT = Path(__file__).resolve().parent.parent
 SHAPE = ("prefill_seqs", "prefill_tokens", "decode_seqs", "decode_rows")
 METRICS = (("makespan_s", "makespan (s)"), ("output_tokens_per_s", "output tok/s"),
            ("mean_batch_size", "mean decode batch"), ("ttft_s_mean", "TTFT mean (s)"),
@@ -96,12 +96,12 @@ def format_table(table: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.replay", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m studies.replay", description=__doc__.splitlines()[0])
     parser.add_argument("trace", type=Path, help="an offline trace file (python -m workloads.write_trace)")
     parser.add_argument("--hardware", required=True, help="the sim's hardware preset, e.g. a fitted one")
     parser.add_argument("--model", default="tiny")
     parser.add_argument("--engines", default="static,orca_max,paged")
-    parser.add_argument("--out", type=Path, default=ROOT / "outputs" / "replay")
+    parser.add_argument("--out", type=Path, default=OUTPUTS / "replay")
     parser.add_argument("--real", action="append", default=[], metavar="KEY=VALUE",
                         help="an override for the real runs only, e.g. backend.kv_budget_mib=2400 (repeatable)")
     parser.add_argument("--rerun", action="store_true", help="run the real backend again even where its run "

@@ -1,13 +1,13 @@
 """Figure 19a on the sim: what swapping a sequence's KV costs against block size, beside recomputing it.
 
-    python -m results.swap_cost [--model opt-13b] [--hardware a100-40gb] [--tokens 1024]
+    python -m studies.swap_cost [--model opt-13b] [--hardware a100-40gb] [--tokens 1024]
 
 Swap out and swap in each move `tokens` token slots across the host link as
 `engines.sim.transfer.TransferModel` charges them (a fixed cost per block,
 layer, K and V, plus bytes over the link); recomputation is the prefill of
 the same tokens, alone in an iteration, by the cost model (the same at every
 block size). The real device's counterpart is the swap benchmark
-(`python -m tests.benchmarks.test_swap --out DIR`).
+(`python -m studies.swap_bench --out DIR`).
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def swap_cost_table(model: str = "opt-13b", hardware: str = "a100-40gb", tokens:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.swap_cost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m studies.swap_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="opt-13b")
     parser.add_argument("--hardware", default="a100-40gb")
     parser.add_argument("--tokens", type=int, default=1024)

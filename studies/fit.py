@@ -1,6 +1,6 @@
 """Fit the cost model's linear terms to a profile of real iteration times, and write a hardware preset.
 
-    python -m engines.sim.fit results/profiles/cpu_tiny.parquet --base cpu --name cpu-tiny
+    python -m studies.fit data/profiles/cpu_tiny.parquet --base cpu --name cpu-tiny
 
 Each profiled iteration i has features x_i (its rows, tokens, prefill pairs,
 decode context tokens by layout, paged blocks touched; see FEATURES) and a
@@ -25,7 +25,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 import yaml
 
-from engines.specs.presets import CONF_DIR, available
+from engines.specs.presets import available
+from paths import CONF
 
 # Feature -> what one unit of it costs (seconds): the linear cost model of engines/sim/cost_model.py.
 FEATURES = {
@@ -96,7 +97,7 @@ def fit(df: pd.DataFrame) -> tuple[dict[str, float], dict]:
 
 
 def write_preset(coef: dict, residuals: dict, env: dict, profile_path: Path, base: str, name: str,
-                 conf_dir: Path = CONF_DIR) -> Path:
+                 conf_dir: Path = CONF) -> Path:
     """conf/hardware/NAME.yaml: the base preset's numbers, the fitted block and its provenance."""
     if base not in available("hardware"):
         raise ValueError(f"unknown base hardware preset {base!r}; available: {available('hardware')}")
@@ -112,7 +113,7 @@ def write_preset(coef: dict, residuals: dict, env: dict, profile_path: Path, bas
                    "residuals": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in residuals.items()}},
     }
     out = conf_dir / "hardware" / f"{name}.yaml"
-    header = (f"# Fitted by `python -m engines.sim.fit {profile_path} --base {base} --name {name}`: the {base} "
+    header = (f"# Fitted by `python -m studies.fit {profile_path} --base {base} --name {name}`: the {base} "
               f"preset's numbers,\n# with iteration times from the linear terms below (non-negative least "
               f"squares on a real-backend profile).\n")
     out.write_text(header + yaml.safe_dump(preset, sort_keys=False))
@@ -120,8 +121,8 @@ def write_preset(coef: dict, residuals: dict, env: dict, profile_path: Path, bas
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engines.sim.fit", description=__doc__.splitlines()[0])
-    parser.add_argument("profile", type=Path, help="a profile table from python -m engines.real.profile")
+    parser = argparse.ArgumentParser(prog="python -m studies.fit", description=__doc__.splitlines()[0])
+    parser.add_argument("profile", type=Path, help="a profile table from python -m studies.profile")
     parser.add_argument("--base", required=True, help="the hardware preset whose memory and datasheet numbers to keep")
     parser.add_argument("--name", required=True, help="the new preset's name: conf/hardware/NAME.yaml")
     args = parser.parse_args(argv)

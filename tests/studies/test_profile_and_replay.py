@@ -5,11 +5,11 @@ import shutil
 import pandas as pd
 import pytest
 
-from engines.real.profile import main as profile_main
-from engines.sim.fit import fit, write_preset
+from studies.profile import main as profile_main
+from studies.fit import fit, write_preset
 from engines.specs.hardware import HardwareSpec
-from engines.specs.presets import CONF_DIR
-from results.replay import main as replay_main
+from paths import CONF
+from studies.replay import main as replay_main
 from workloads import WorkloadConfig, build_workload
 from workloads.trace_file import write_trace
 
@@ -24,7 +24,7 @@ def test_profile_writes_a_table_the_fit_reads(tmp_path):
     assert (df["time_s"] > 0).all() and (df["time_min_s"] <= df["time_s"]).all()
     assert env["model"] == "tiny" and env["torch_threads"] >= 1 and env["torch"]
     (tmp_path / "hardware").mkdir()
-    shutil.copy(CONF_DIR / "hardware" / "cpu.yaml", tmp_path / "hardware" / "cpu.yaml")
+    shutil.copy(CONF / "hardware" / "cpu.yaml", tmp_path / "hardware" / "cpu.yaml")
     coef, residuals = fit(df)
     preset = write_preset(coef, residuals, env, out, "cpu", "cpu-profiled", conf_dir=tmp_path)
     import yaml

@@ -1,0 +1,30 @@
+"""Where pagedbench's files live: the repository root and its standard folders, defined once.
+
+Code holds no data and data folders hold no code:
+
+    conf/                 Hydra config groups (and the hardware and model presets)
+    data/traces/          input traces (JSON lines) that studies and tests replay
+    data/profiles/        measured iteration profiles that the sim's fitted presets come from
+    data/paper/           the paper's published figures, as numbers the report sets ours beside
+    data/runs/            run records kept in the repository (real CPU runs, the swap benchmark)
+    docs/                 the generated report (REPORT.md) and its figures
+    outputs/              everything a run, sweep or study writes (ignored by git)
+    tests/data/           the test suite's small input files
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+CONF = ROOT / "conf"
+DATA = ROOT / "data"
+TRACES = DATA / "traces"
+PROFILES = DATA / "profiles"
+PAPER = DATA / "paper"
+KEPT_RUNS = DATA / "runs"
+DOCS = ROOT / "docs"
+REPORT = DOCS / "REPORT.md"
+FIGURES = DOCS / "figures"
+OUTPUTS = ROOT / "outputs"
+EXPERIMENTS = OUTPUTS / "experiments"
+TEST_DATA = ROOT / "tests" / "data"   # the test suite's small input files

@@ -1,0 +1,5 @@
+"""One run's record: `frames` (the engine's RunRecord as the iterations and
+requests tables), `summary` (the run's summary, built here and only here),
+`store` (the run folder, written atomically), `console` (the table printed at
+the end of a run) and `wandb_logger`. Imports nothing else of `results`.
+"""

@@ -1,0 +1,242 @@
+"""Decode attention latency, paged vs contiguous KV cache (the paper's Figure 18a), and write_kv.
+
+    python -m studies.kernel_bench --out DIR  # DIR/kernel_bench.{csv,json}: paged/contiguous ratios
+    python -m studies.kernel_bench --out DIR --num-stages 0 2 3 4     # the pipelining knob (0: default)
+
+Beside each paged/contiguous pair it times torch's own SDPA on the same
+contiguous K/V (a dense [batch, heads, context, dim] layout: its flash or
+memory-efficient backend), as an outside reference for speed, and it
+measures the device's copy ceiling (a large device-to-device copy, bytes
+read + written / time) to set achieved bandwidth against.
+
+On a CUDA device these time the Triton kernels by replaying a CUDA graph (no launch
+overhead) that rotates through copies of the inputs larger than L2 together (K/V come
+from HBM), and report achieved bandwidth = bytes of K/V read / time, and its fraction
+of the device's peak where the device is in PEAK_GBPS. pytest-benchmark's own numbers
+are wall time of one synchronised call, launch included. On the CPU they time the torch
+references at small sizes: not a kernel measurement, only a check that the harness runs.
+Layer shape on CUDA: OPT-13B (40 heads of 128, fp16), all sequences of one length.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from kernels.ops import load_ops
+
+CUDA = torch.cuda.is_available()
+CPU_NOTE = "torch reference on CPU: not a kernel measurement"
+# (substring of torch.cuda.get_device_name(), peak HBM bandwidth GB/s); the first match wins
+PEAK_GBPS = [("H200", 4800), ("H100 NVL", 3900), ("H100 PCIe", 2000), ("H100", 3350),
+             ("A100-SXM4-80GB", 2039), ("A100 80GB PCIe", 1935), ("A100", 1555),
+             ("L40S", 864), ("L4", 300), ("A10G", 600), ("RTX 4090", 1008), ("V100", 900)]
+
+DEVICE = "cuda" if CUDA else "cpu"
+L2_BYTES = 64 << 20   # at least the L2 of an A100 / H100 / H200 (40-50 MiB)
+if CUDA:
+    SHAPE = dict(num_heads=40, num_kv_heads=40, head_dim=128, dtype=torch.float16)
+    BLOCK_SIZES, CONTEXT_LENS, BATCHES = [8, 16, 32, 64, 128, 256], [64, 128, 256, 1024, 4096], [8, 32]
+else:
+    SHAPE = dict(num_heads=4, num_kv_heads=4, head_dim=64, dtype=torch.float32)
+    BLOCK_SIZES, CONTEXT_LENS, BATCHES = [8, 16, 256], [64, 256], [8]
+
+
+def peak_gbps(device_name: str) -> float | None:
+    return next((gbps for key, gbps in PEAK_GBPS if key in device_name), None)
+
+
+def device_name() -> str:
+    return torch.cuda.get_device_name() if CUDA else "cpu"
+
+
+def paged_inputs(batch: int, context_len: int, block_size: int) -> tuple:
+    """Arguments of paged_decode_attention: each sequence's blocks in shuffled order."""
+    heads, kv_heads, dim, dtype = SHAPE["num_heads"], SHAPE["num_kv_heads"], SHAPE["head_dim"], SHAPE["dtype"]
+    blocks_per_seq = -(-context_len // block_size)
+    num_blocks = batch * blocks_per_seq
+    k_cache = torch.randn(num_blocks, block_size, kv_heads, dim, device=DEVICE, dtype=dtype)
+    block_tables = torch.randperm(num_blocks, device=DEVICE).view(batch, blocks_per_seq).int()
+    context_lens = torch.full((batch,), context_len, dtype=torch.int32, device=DEVICE)
+    query = torch.randn(batch, heads, dim, device=DEVICE, dtype=dtype)
+    return query, k_cache, torch.randn_like(k_cache), block_tables, context_lens, dim ** -0.5
+
+
+def contiguous_inputs(batch: int, context_len: int) -> tuple:
+    """Arguments of contiguous_decode_attention: sequences back to back in the arena."""
+    heads, kv_heads, dim, dtype = SHAPE["num_heads"], SHAPE["num_kv_heads"], SHAPE["head_dim"], SHAPE["dtype"]
+    k_arena = torch.randn(batch * context_len, kv_heads, dim, device=DEVICE, dtype=dtype)
+    seq_starts = torch.arange(batch, device=DEVICE, dtype=torch.int64) * context_len
+    context_lens = torch.full((batch,), context_len, dtype=torch.int32, device=DEVICE)
+    query = torch.randn(batch, heads, dim, device=DEVICE, dtype=dtype)
+    return query, k_arena, torch.randn_like(k_arena), seq_starts, context_lens, dim ** -0.5
+
+
+def kv_bytes_read(batch: int, context_len: int) -> int:
+    return 2 * batch * context_len * SHAPE["num_kv_heads"] * SHAPE["head_dim"] * SHAPE["dtype"].itemsize
+
+
+def copies(nbytes: int) -> int:
+    """How many copies of the inputs to rotate through so that together they overflow L2 (CUDA only)."""
+    return min(64, -(-4 * L2_BYTES // nbytes)) if CUDA else 1
+
+
+def decode_calls(layout: str, batch: int, context_len: int, block_size: int = 16, num_splits: int = 1,
+                 num_stages: int | None = None) -> list:
+    """One call of the decode kernel per copy of its inputs (`sdpa`: torch's attention on dense K/V)."""
+    ops = load_ops("auto")
+    calls = []
+    for _ in range(copies(kv_bytes_read(batch, context_len))):
+        if layout == "paged":
+            args = paged_inputs(batch, context_len, block_size)
+            calls.append(lambda args=args: ops.paged_decode_attention(*args, num_splits=num_splits,
+                                                                      num_stages=num_stages))
+        elif layout == "contiguous":
+            args = contiguous_inputs(batch, context_len)
+            calls.append(lambda args=args: ops.contiguous_decode_attention(*args, num_splits=num_splits,
+                                                                           num_stages=num_stages))
+        else:
+            query, k, v, _, _, scale = contiguous_inputs(batch, context_len)
+            heads, kv_heads, dim = SHAPE["num_heads"], SHAPE["num_kv_heads"], SHAPE["head_dim"]
+            q4 = query.view(batch, heads, 1, dim)
+            k4 = k.view(batch, context_len, kv_heads, dim).transpose(1, 2)   # [batch, kv_heads, context, dim]
+            v4 = v.view(batch, context_len, kv_heads, dim).transpose(1, 2)
+            calls.append(lambda q4=q4, k4=k4, v4=v4, scale=scale: torch.nn.functional.scaled_dot_product_attention(
+                q4, k4, v4, scale=scale, enable_gqa=kv_heads != heads))
+    return calls
+
+
+def copy_ceiling_gbps(nbytes: int = 2 << 30) -> float:
+    """Bytes read + written per second by one large device copy (CUDA), or a 256 MiB host copy (CPU)."""
+    if not CUDA:
+        nbytes = 256 << 20
+    src = torch.empty(nbytes // 2, dtype=torch.float16, device=DEVICE)
+    dst = torch.empty_like(src)
+    if CUDA:
+        import triton.testing
+        ms = triton.testing.do_bench(lambda: dst.copy_(src), return_mode="median")
+    else:
+        dst.copy_(src)
+        start = time.perf_counter()
+        dst.copy_(src)
+        ms = (time.perf_counter() - start) * 1e3
+    return 2 * nbytes / (ms * 1e-3) / 1e9
+
+
+def time_us(calls: list, reps: int = 5) -> dict:
+    """Time per call in µs: mean, p50, p90, p99.
+
+    CUDA: triton.testing.do_bench_cudagraph over all the calls, each on its own copy of the
+    inputs, so K/V come from HBM rather than L2 and no Python launch overhead counts.
+    CPU: wall time of the first call.
+    """
+    if CUDA:
+        import triton.testing
+
+        def run_all():
+            for call in calls:
+                call()
+        times = [ms * 1e3 / len(calls) for ms in triton.testing.do_bench_cudagraph(run_all, return_mode="all")]
+    else:
+        calls[0]()
+        times = []
+        for _ in range(reps):
+            start = time.perf_counter()
+            calls[0]()
+            times.append((time.perf_counter() - start) * 1e6)
+    q = statistics.quantiles(times, n=100) if len(times) > 1 else times * 99
+    return dict(mean_us=statistics.fmean(times), p50_us=q[49], p90_us=q[89], p99_us=q[98])
+
+
+def bandwidth(kv_bytes: int, mean_us: float) -> dict:
+    gbps = kv_bytes / (mean_us * 1e-6) / 1e9
+    peak = peak_gbps(device_name()) if CUDA else None
+    return dict(gbps=gbps, peak_fraction=gbps / peak if peak else None)
+
+
+def resolve_splits(num_splits: int, batch: int, context_len: int) -> int:
+    """Choose the split count on the host (0 = the kernel's heuristic): a CUDA graph cannot sync to choose."""
+    if num_splits or not CUDA:
+        return num_splits
+    from kernels.triton_decode_attention import choose_num_splits
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    return choose_num_splits(batch, SHAPE["num_kv_heads"], context_len, sms)
+
+
+def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), ceiling_gbps=None) -> list[dict]:
+    """Paged and contiguous decode latency per (batch, context, pipelining stages, block size), with the
+    paged/contiguous ratio, torch SDPA's time on the same K/V, and bandwidth against the copy ceiling."""
+    rows = []
+    for batch, context_len, stage in ((b, c, s) for b in batches for c in context_lens for s in stages):
+        num_stages = stage or None
+        splits = resolve_splits(num_splits, batch, context_len)
+        kv_bytes = kv_bytes_read(batch, context_len)
+        base = time_us(decode_calls("contiguous", batch, context_len, num_splits=splits, num_stages=num_stages))
+        base_bw = bandwidth(kv_bytes, base["mean_us"])
+        sdpa = time_us(decode_calls("sdpa", batch, context_len))
+        for block_size in block_sizes:
+            t = time_us(decode_calls("paged", batch, context_len, block_size, num_splits=splits,
+                                     num_stages=num_stages))
+            bw = bandwidth(kv_bytes, t["mean_us"])
+            rows.append(dict(
+                batch=batch, context_len=context_len, num_stages=stage or "default", block_size=block_size,
+                num_splits=splits, sdpa_mean_us=sdpa["mean_us"],
+                paged_over_sdpa=t["mean_us"] / sdpa["mean_us"],
+                paged_ceiling_fraction=bw["gbps"] / ceiling_gbps if ceiling_gbps else None,
+                contiguous_ceiling_fraction=base_bw["gbps"] / ceiling_gbps if ceiling_gbps else None,
+                paged_mean_us=t["mean_us"], paged_p50_us=t["p50_us"], paged_p99_us=t["p99_us"],
+                contiguous_mean_us=base["mean_us"], contiguous_p50_us=base["p50_us"],
+                paged_over_contiguous=t["mean_us"] / base["mean_us"], kv_bytes=kv_bytes,
+                paged_gbps=bw["gbps"], contiguous_gbps=base_bw["gbps"],
+                paged_peak_fraction=bw["peak_fraction"], contiguous_peak_fraction=base_bw["peak_fraction"]))
+            print(f"batch {batch:3d} context {context_len:5d} stages {stage or '-'} block {block_size:3d}: "
+                  f"paged {t['mean_us']:9.1f} us, sdpa {sdpa['mean_us']:9.1f} us, "
+                  f"contiguous {base['mean_us']:9.1f} us, ratio {rows[-1]['paged_over_contiguous']:.3f}, "
+                  f"paged {bw['gbps']:7.1f} GB/s", flush=True)
+        if CUDA:
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m studies.kernel_bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for kernel_bench.csv and kernel_bench.json")
+    parser.add_argument("--batches", type=int, nargs="+", default=BATCHES)
+    parser.add_argument("--context-lens", type=int, nargs="+", default=CONTEXT_LENS)
+    parser.add_argument("--block-sizes", type=int, nargs="+", default=BLOCK_SIZES)
+    parser.add_argument("--num-splits", type=int, default=1, help="split-K partitions (1 = single pass, 0 = choose)")
+    parser.add_argument("--num-stages", type=int, nargs="+", default=[0],
+                        help="Triton load-pipelining stages to try (0 = Triton's default)")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    ceiling = copy_ceiling_gbps()
+    print(f"copy ceiling: {ceiling:.0f} GB/s (bytes read + written by one large copy)", flush=True)
+    rows = sweep(args.batches, args.context_lens, args.block_sizes, args.num_splits, args.num_stages, ceiling)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    _write_atomic(args.out / "kernel_bench.csv", buffer.getvalue())
+    meta = dict(device=device_name(), impl=load_ops("auto").name, peak_gbps=peak_gbps(device_name()) if CUDA else None,
+                copy_ceiling_gbps=ceiling, shape={k: str(v) for k, v in SHAPE.items()}, timing=("CUDA graph replay (triton.testing.do_bench_cudagraph) over input copies larger than L2"
+                        if CUDA else CPU_NOTE),
+                bandwidth="bytes of K and V read / mean time", rows=rows)
+    _write_atomic(args.out / "kernel_bench.json", json.dumps(meta, indent=2))
+    print(f"wrote {args.out / 'kernel_bench.csv'} and kernel_bench.json ({len(rows)} rows)")
+
+
+if __name__ == "__main__":
+    main()
