@@ -5,7 +5,7 @@ Code holds no data and data folders hold no code:
     conf/                 Hydra config groups (and the hardware and model presets)
     data/traces/          input traces (JSON lines) that studies and tests replay
     data/profiles/        measured iteration profiles that the sim's fitted presets come from
-    data/paper/           the paper's published figures, as numbers the report sets ours beside
+    data/reference/       the paper's published figures and the earlier report's, as numbers the report quotes
     data/runs/            run records kept in the repository (real CPU runs, the swap benchmark)
     docs/                 the generated report (REPORT.md) and its figures
     outputs/              everything a run, sweep or study writes (ignored by git)
@@ -20,7 +20,7 @@ CONF = ROOT / "conf"
 DATA = ROOT / "data"
 TRACES = DATA / "traces"
 PROFILES = DATA / "profiles"
-PAPER = DATA / "paper"
+REFERENCE = DATA / "reference"
 KEPT_RUNS = DATA / "runs"
 DOCS = ROOT / "docs"
 REPORT = DOCS / "REPORT.md"

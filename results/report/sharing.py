@@ -13,12 +13,10 @@ from pathlib import Path
 import pandas as pd
 
 from results.sweeps.capacity import CAPACITY_CSV
+from results.report.paper import paper
 
 BASELINES = ("orca-max", "orca-pow2", "orca-oracle")
 # Figures 14-15 (OPT-13B, Alpaca): memory saving by sharing, %.
-PAPER_SAVING_ALPACA = {"n2": 6.09, "n4": 8.53, "n6": 9.79, "beam2": 37.56, "beam4": 53.13, "beam6": 55.16}
-PAPER_SAVING_SHAREGPT = {"n": "16.2-30.5", "beam": "44.3-66.3"}
-PAPER_PREFIX = {1: 1.67, 5: 3.58}   # Figure 16: paged / Orca (Oracle) throughput
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -64,7 +62,7 @@ def _ratio(per_seed: pd.Series) -> str:
     return text + (f" ({per_seed.min():.2f}-{per_seed.max():.2f})" if len(per_seed) > 1 else "")
 
 
-def capacity_rows(cap: pd.DataFrame, criterion: str, paper: dict | None = None) -> list[list[str]]:
+def capacity_rows(cap: pd.DataFrame, criterion: str, paper_saving: dict | None = None) -> list[list[str]]:
     """One row per workload setting: each engine's capacity (mean over seeds), paged over each baseline (mean
     and min-max of the per-seed ratios), the memory saving in the paged run at its capacity (mean)."""
     rows = []
@@ -80,8 +78,8 @@ def capacity_rows(cap: pd.DataFrame, criterion: str, paper: dict | None = None) 
         key = setting(workload)
         row = [key + ("" if exact else " *")] + [_num(caps.get(e)) for e in (*BASELINES, "paged")] + ratios
         row.append(_pct(saving))
-        if paper is not None:
-            row.append(_num(paper.get(key)) if key in paper else "-")
+        if paper_saving is not None:
+            row.append(_num(paper_saving.get(key)) if key in paper_saving else "-")
         rows.append(row)
     return rows
 
@@ -109,7 +107,7 @@ def section_sampling(experiments: Path) -> str:
             parts.append(f"**{label}**: " + not_run(name))
             continue
         parts.append(f"**{label}**, {command}, capacity in req/s:\n\n"
-                     + _table(header, capacity_rows(cap, "latency", PAPER_SAVING_ALPACA)) + "\n")
+                     + _table(header, capacity_rows(cap, "latency", paper().saving_alpaca)) + "\n")
         good = capacity_rows(cap, "goodput")
         parts.append("Under the goodput criterion (90% of requests within TTFT <= 1 s and TPOT <= 0.1 s), "
                      "paged / oracle: " + ", ".join(f"{r[0]} {r[7]}" for r in good) + ".\n")
@@ -124,7 +122,7 @@ def section_sampling(experiments: Path) -> str:
         rows = []
         for workload, g in saving[saving["criterion"].str.startswith("latency")].groupby("workload", sort=False):
             key = setting(workload)
-            paper = PAPER_SAVING_SHAREGPT["beam" if key.startswith("beam") else "n"]
+            paper = paper().saving_sharegpt["beam" if key.startswith("beam") else "n"]
             rows.append([key, _num(g["capacity"].mean()), _pct(g["memory_saving_at_capacity"].mean()),
                          _num(g["batch_size_at_capacity"].mean()), paper])
         parts.append("**ShareGPT memory saving**, `python run.py -m experiment=saving` (the paged engine's "
@@ -198,7 +196,7 @@ def section_prefix(experiments: Path) -> str:
         return head + not_run("prefix")
     header = ["prefix", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
               "paper paged/oracle"]
-    paper = {f"{k}shot": f"{v}x" for k, v in PAPER_PREFIX.items()}
+    paper = {f"{k}shot": f"{v}x" for k, v in paper().prefix_ratio.items()}
     rows = capacity_rows(cap, "latency")
     for r in rows:
         r.append(paper.get(r[0], "-"))

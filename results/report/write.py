@@ -26,21 +26,11 @@ from results.sweeps.capacity import CAPACITY_CSV, capacity_summary, ratio_summar
 from results.report.plots import (has_curve, plot_batch_size, plot_block_size, plot_latency_vs_rate, plot_memory_waste,
                            rate_curves)
 from results.record.store import atomic_write
+from results.report.paper import earlier_report, paper
 from results.sweeps.collect import collect
 
 THRESHOLD = 0.2           # s/token: the latency criterion of experiment=capacity
-# The earlier report's paged / baseline ratios at 0.2 s/token (git show 571ed63:results/REPORT.md), quoted
-# beside this report's to show what the measurement method changed.
-OLD_RATIOS = {("sharegpt", "orca-oracle"): 2.16, ("sharegpt", "orca-pow2"): 2.93, ("sharegpt", "orca-max"): 4.78,
-              ("sharegpt", "static"): 24.15, ("alpaca_synthetic", "orca-oracle"): 2.21,
-              ("alpaca_synthetic", "orca-pow2"): 3.51, ("alpaca_synthetic", "orca-max"): 28.14,
-              ("alpaca_synthetic", "static"): 69.10}
 CATS = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
-PAPER_FIG2 = {"orca-max": (20.4, 13.3, 57.3, 8.9), "orca-pow2": (26.8, 17.9, 13.6, 41.6),
-              "orca-oracle": (38.2, 25.2, 0.0, 36.6), "paged": (96.3, None, None, None)}
-PAPER_FIG13 = {("sharegpt", 2.0): (7.00, 9.81, 13.62, 30.42), ("alpaca_synthetic", 30.0): (7.00, 43.24, 72.75, 132.44)}
-PAPER_TABLE1 = [("opt-13b", "a100-40gb", 26, 12, "15.7K"), ("opt-66b", "a100-40gb", 132, 21, "9.7K"),
-                ("opt-175b", "a100-80gb", 346, 264, "60.1K")]
 ENGINES = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
 
 
@@ -76,7 +66,7 @@ def missing(name: str) -> str:
 
 def section_table1() -> str:
     rows = []
-    for model, hw, w, kv, slots in PAPER_TABLE1:
+    for model, hw, w, kv, slots in paper().table1:
         spec, hardware = load_model(model), load_hardware(hw)
         b = kv_budget(spec, hardware)
         rows.append([f"{model}, {spec.tp}x {hw}", f"{b.weight_bytes / 1e9:.1f} GB", f"{b.kv_bytes / 2**30:.2f} GiB",
@@ -147,7 +137,8 @@ def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = N
     new = ratio_summary(ratio_table(capacity))
     new = new[new["criterion"].str.startswith("latency")]
     rows = []
-    for (workload, baseline), old in OLD_RATIOS.items():
+    earlier = earlier_report()
+    for (workload, baseline), old in earlier.ratios.items():
         r = new[(new["workload"] == workload) & (new["baseline"] == baseline)]
         cell = (f"{r['mean'].iloc[0]:.2f}x ({r['min'].iloc[0]:.2f}-{r['max'].iloc[0]:.2f})"
                 + ("" if r["exact"].iloc[0] else " *")) if len(r) else "n/a"
@@ -155,7 +146,7 @@ def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = N
     return (text + "Paged / baseline capacity ratios at 0.2 s/token, the earlier report's against this one's "
             "(earlier: 1,000 or 2,000 requests a run whatever the rate, whole-run latency, a rate read off a "
             "fixed grid by straight-line interpolation, one seed, and the static engine charged padded "
-            "contexts; `git show 571ed63:results/REPORT.md`):\n\n"
+            f"contexts; `git show {earlier.commit}:results/REPORT.md`):\n\n"
             + table(["workload", "ratio", "earlier report", "this report: mean (min-max over 3 seeds)"], rows)
             + "\n\nWhy they moved: a fixed request count gave the higher-capacity engine a shorter trace, so its "
               "queue had less time to build and its latency read low (measured below); the fixed grid "
@@ -182,11 +173,12 @@ def section_memory(df: pd.DataFrame | None, figures: Path, sweep: Path) -> str:
         if not len(r):
             continue
         r = r.iloc[0]
-        paper = PAPER_FIG2.get(engine)
-        diff = f"{100 * r['steady_mem_token_states'] - paper[0]:+.1f}" if paper else ""
+        paper_split = paper().figure2.get(engine)
+        diff = f"{100 * r['steady_mem_token_states'] - paper_split[0]:+.1f}" if paper_split else ""
         rows.append([engine, *(pct(r[f"steady_mem_{c}"]) for c in CATS), pct(r["mem_token_states"]),
                      num(r["steady_mean_batch_size"], ".1f"),
-                     " / ".join("-" if p is None else f"{p}" for p in paper) if paper else "not reported", diff])
+                     " / ".join("-" if p is None else f"{p}" for p in paper_split) if paper_split else "not reported",
+                     diff])
     return (head + table(["engine", "token states", "reservation", "internal frag.", "ext. frag. & others", "free",
                           "token states, whole run", "batch", "paper (tokens / reserv. / internal / ext.)",
                           "token states: ours - paper"], rows)
@@ -262,9 +254,9 @@ def section_batch(df: pd.DataFrame | None, figures: Path) -> str:
     rows = []
     for (workload, rate), g in df.groupby(["workload", "request_rate"]):
         by = g.set_index("engine")["steady_mean_batch_size"]
-        paper = PAPER_FIG13.get((workload, float(rate)))
+        paper_batch = paper().figure13.get((workload, float(rate)))
         rows.append([workload, num(rate, "g"), *(num(by.get(e, math.nan)) for e in ENGINES),
-                     " / ".join(f"{p:.2f}" for p in paper) if paper else ""])
+                     " / ".join(f"{p:.2f}" for p in paper_batch) if paper_batch else ""])
     return (head + table(["workload", "req/s", *ENGINES, "paper: orca max / pow2 / oracle / vLLM"], rows)
             + "\n\nOrca (Max) batches 7 requests wherever memory binds, as in the paper: the budget holds 7 "
               "regions of 2,048 slots. " + saturated_ratio(df) + "\n\nAt ShareGPT's 2 req/s, less than half of "
@@ -285,8 +277,10 @@ def saturated_ratio(df: pd.DataFrame) -> str:
                          f"{top['paged'] / top['orca-oracle']:.2f}x")
     if not notes:
         return ""
+    fig13 = paper().figure13   # batch of orca max / pow2 / oracle / vLLM: vLLM over Oracle is [3] / [2]
+    share, alpaca = fig13[("sharegpt", 2.0)], fig13[("alpaca_synthetic", 30.0)]
     return ("Paged's batch over Orca (Oracle)'s where memory binds: " + "; ".join(notes)
-            + f" (paper: {30.42 / 13.62:.2f}x on ShareGPT at 2 req/s, {132.44 / 72.75:.2f}x on Alpaca at 30).")
+            + f" (paper: {share[3] / share[2]:.2f}x on ShareGPT at 2 req/s, {alpaca[3] / alpaca[2]:.2f}x on Alpaca at 30).")
 
 
 def section_blocks(df: pd.DataFrame | None, figures: Path) -> str:

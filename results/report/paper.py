@@ -1,0 +1,56 @@
+"""The numbers the report quotes beside ours: the paper's figures and the earlier report's ratios.
+
+Both are data, kept in `data/reference/` (`paper.yaml`, `earlier_report.yaml`);
+this module only reads them into the shapes the report's sections use.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import yaml
+
+from paths import REFERENCE
+
+
+@dataclass(frozen=True, slots=True)
+class Paper:
+    table1: list[tuple]                       # (model, hardware, weights GB, KV GB, slots)
+    figure2: dict[str, tuple]                 # engine -> (token states, reservation, internal, external) %
+    figure13: dict[tuple[str, float], tuple]  # (workload, rate) -> batch of orca max / pow2 / oracle / vLLM
+    saving_alpaca: dict[str, float]           # sampling setting -> memory saving %
+    saving_sharegpt: dict[str, str]           # "n" / "beam" -> range of memory saving %
+    prefix_ratio: dict[int, float]            # shots -> paged / Orca (Oracle) throughput
+
+
+@dataclass(frozen=True, slots=True)
+class EarlierReport:
+    commit: str
+    ratios: dict[tuple[str, str], float]      # (workload, baseline) -> paged / baseline capacity
+
+
+def _read(name: str, folder: Path) -> dict:
+    path = folder / name
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: the report's reference numbers are missing")
+    return yaml.safe_load(path.read_text())
+
+
+@cache
+def paper(folder: Path = REFERENCE) -> Paper:
+    d = _read("paper.yaml", folder)
+    return Paper(
+        table1=[(r["model"], r["hardware"], r["weights_gb"], r["kv_gb"], r["slots"]) for r in d["table1_kv_budget"]],
+        figure2={k: tuple(v) for k, v in d["figure2_memory_split"].items()},
+        figure13={(r["workload"], float(r["request_rate"])): tuple(r["batch"]) for r in d["figure13_batch_size"]},
+        saving_alpaca=dict(d["figure14_15_saving_alpaca"]),
+        saving_sharegpt={k: str(v) for k, v in d["figure14_15_saving_sharegpt"].items()},
+        prefix_ratio={int(k): float(v) for k, v in d["figure16_prefix_ratio"].items()})
+
+
+@cache
+def earlier_report(folder: Path = REFERENCE) -> EarlierReport:
+    d = _read("earlier_report.yaml", folder)
+    return EarlierReport(commit=str(d["commit"]),
+                         ratios={(r["workload"], r["baseline"]): float(r["ratio"]) for r in d["ratios"]})
