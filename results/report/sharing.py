@@ -122,9 +122,9 @@ def section_sampling(experiments: Path) -> str:
         rows = []
         for workload, g in saving[saving["criterion"].str.startswith("latency")].groupby("workload", sort=False):
             key = setting(workload)
-            paper = paper().saving_sharegpt["beam" if key.startswith("beam") else "n"]
+            paper_range = paper().saving_sharegpt["beam" if key.startswith("beam") else "n"]
             rows.append([key, _num(g["capacity"].mean()), _pct(g["memory_saving_at_capacity"].mean()),
-                         _num(g["batch_size_at_capacity"].mean()), paper])
+                         _num(g["batch_size_at_capacity"].mean()), paper_range])
         parts.append("**ShareGPT memory saving**, `python run.py -m experiment=saving` (the paged engine's "
                      "capacity search; the saving in the run at its capacity):\n\n"
                      + _table(["setting", "paged capacity (req/s)", "saving %", "mean batch (requests)",
@@ -196,10 +196,10 @@ def section_prefix(experiments: Path) -> str:
         return head + not_run("prefix")
     header = ["prefix", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
               "paper paged/oracle"]
-    paper = {f"{k}shot": f"{v}x" for k, v in paper().prefix_ratio.items()}
+    paper_ratio = {f"{k}shot": f"{v}x" for k, v in paper().prefix_ratio.items()}
     rows = capacity_rows(cap, "latency")
     for r in rows:
-        r.append(paper.get(r[0], "-"))
+        r.append(paper_ratio.get(r[0], "-"))
     return head + "Capacity (req/s) at mean normalized latency <= 0.2 s/token:\n\n" + _table(header, rows) + "\n"
 
 
