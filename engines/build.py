@@ -5,11 +5,13 @@ from engines.config import EngineConfig, SchedulerLimits
 from engines.kv.contiguous import ContiguousKV
 from engines.kv.paged import PagedKV
 from engines.kv.reservation import Reservation
+from engines.protocols import Scheduler
 from engines.scheduling.iteration import IterationScheduler
 from engines.scheduling.static import StaticScheduler
 
 
-def build_scheduler(engine: EngineConfig, limits: SchedulerLimits, capacity_slots: int, bytes_per_slot: int = 0):
+def build_scheduler(engine: EngineConfig, limits: SchedulerLimits, capacity_slots: int,
+                    bytes_per_slot: int = 0) -> Scheduler:
     """A scheduler over `capacity_slots` KV token slots: the same budget whichever engine it is.
     `bytes_per_slot` (one token's K and V) sizes the paged engine's host pool from `engine.swap_space`;
     0 leaves it without one."""

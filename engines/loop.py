@@ -4,19 +4,48 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 import time
+from typing import NamedTuple
 
 from tqdm import tqdm
 
+from engines.protocols import Executor, Scheduler
 from engines.sequence import Sequence, record_tokens
 from workloads.request import Request
 
-ITERATION_COLUMNS = (
-    "start_s", "duration_s", "prefill_seqs", "prefill_tokens", "decode_seqs", "decode_rows",
-    "batch_size", "num_held", "num_waiting", "preempted",
-    "batch_rows", "copy_tokens", "swapped_out", "swapped_in", "swap_blocks", "num_swapped",
-    "unshared_slots", "allocated_slots",
-    "token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free",
-)
+class IterationRow(NamedTuple):
+    """One iteration as the run records it: what ran, what waited, what moved, and the KV split after it.
+
+    Memory fields are token slots of the KV budget; `unshared_slots` are the slots the held groups would
+    need without sharing, `allocated_slots` those they hold. Built by keyword, read by name; a tuple, so a
+    run of many iterations stays cheap to record and turns into a table at once.
+    """
+
+    start_s: float
+    duration_s: float
+    prefill_seqs: int          # groups prefilled
+    prefill_tokens: int        # prompt tokens computed (a static batch's padding included)
+    decode_seqs: int           # groups decoded
+    decode_rows: int           # rows decoded (a group of width w is w rows)
+    batch_size: int            # groups in the batch
+    num_held: int              # groups holding KV memory after the iteration
+    num_waiting: int
+    preempted: int             # groups preempted to make room for this iteration
+    batch_rows: int
+    copy_tokens: int           # tokens copied on the device (copy-on-write, contiguous forks)
+    swapped_out: int           # groups
+    swapped_in: int            # groups
+    swap_blocks: int           # blocks moved either way
+    num_swapped: int           # groups on the host after the iteration
+    unshared_slots: int
+    allocated_slots: int
+    token_states: int
+    reservation: int
+    internal_fragmentation: int
+    external_fragmentation: int
+    free: int
+
+
+ITERATION_COLUMNS = IterationRow._fields
 PROGRESS_EVERY_S = 0.5
 
 
@@ -25,13 +54,13 @@ class RunRecord:
     """Everything a run produced, before it is turned into tables."""
 
     capacity_slots: int
-    iterations: list[tuple] = field(default_factory=list)   # rows in ITERATION_COLUMNS order
+    iterations: list[IterationRow] = field(default_factory=list)
     sequences: list[Sequence] = field(default_factory=list)
     end_s: float = 0.0
     wall_s: float = 0.0
 
 
-def run_engine(requests: list[Request], scheduler, executor, progress: bool | None = None,
+def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor, progress: bool | None = None,
                stop_at_last_arrival: bool = False) -> RunRecord:
     """Serve `requests` to completion (or, with `stop_at_last_arrival`, until the clock passes the last
     arrival, leaving the rest unfinished) and record every iteration.
@@ -79,11 +108,16 @@ def run_engine(requests: list[Request], scheduler, executor, progress: bool | No
         unshared, allocated = scheduler.kv.usage()
         held = len(scheduler.held())
         finished = scheduler.release_finished(done_now)
-        rows.append((start, duration, len(batch.prefill), sum(batch.prefill_lens), len(batch.decode),
-                     len(batch.decode_context_lens), batch.num_seqs, held, len(scheduler.waiting),
-                     batch.preempted, batch.num_rows, batch.copy_tokens, batch.swapped_out, batch.swapped_in,
-                     len(batch.swap_out) + len(batch.swap_in), len(scheduler.swapped), unshared, allocated)
-                    + split.as_tuple())
+        rows.append(IterationRow(
+            start_s=start, duration_s=duration, prefill_seqs=len(batch.prefill),
+            prefill_tokens=sum(batch.prefill_lens), decode_seqs=len(batch.decode),
+            decode_rows=len(batch.decode_context_lens), batch_size=batch.num_seqs, num_held=held,
+            num_waiting=len(scheduler.waiting), preempted=batch.preempted, batch_rows=batch.num_rows,
+            copy_tokens=batch.copy_tokens, swapped_out=batch.swapped_out, swapped_in=batch.swapped_in,
+            swap_blocks=len(batch.swap_out) + len(batch.swap_in), num_swapped=len(scheduler.swapped),
+            unshared_slots=unshared, allocated_slots=allocated, token_states=split.token_states,
+            reservation=split.reservation, internal_fragmentation=split.internal_fragmentation,
+            external_fragmentation=split.external_fragmentation, free=split.free))
         if finished:
             bar.update(len(finished))
         if not bar.disable and time.perf_counter() - shown_at > PROGRESS_EVERY_S:

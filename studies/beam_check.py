@@ -28,15 +28,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from engines.config import EngineConfig, SchedulerLimits
+from engines.loop import run_engine
+from engines.protocols import Executor
+from engines.sim.beam_model import BeamModel, fit_decay
+from engines.sim.build import SimBackendConfig, build_sim
+from engines.specs.presets import load_hardware, load_model
 from paths import OUTPUTS
+from results.record.frames import iterations_frame
 from results.record.store import atomic_write
+from workloads.build import build_workload
+from workloads.config import WorkloadConfig
 
+ENGINE = EngineConfig(name="paged", swap_space=1)   # 1 GiB of host memory: beams are swapped, never recomputed
 
 
 def _requests(num: int, width: int, seed: int):
-    from workloads.build import build_workload
-    from workloads.config import WorkloadConfig
-
     return build_workload(WorkloadConfig(name="alpaca", num_requests=num, seed=seed, beam_width=width))
 
 
@@ -45,52 +52,55 @@ def _saving(iterations: pd.DataFrame) -> float:
     return float((1 - busy["allocated_slots"] / busy["unshared_slots"]).mean()) if len(busy) else float("nan")
 
 
-def run_real(requests, budget_mib: float, seed: int):
-    """Serve `requests` with the paged engine on the real backend; (iterations, parent ranks, KV slots)."""
-    from engines.config import EngineConfig, SchedulerLimits
-    from engines.loop import run_engine
-    from engines.real.build import RealBackendConfig, build_real
-    from engines.specs.presets import load_model
-    from results.record.frames import iterations_frame
+class ParentRanks:
+    """An executor that runs another and records, at every decode step, which old beam each new beam extends.
 
-    spec = load_model("tiny")
-    limits = SchedulerLimits(max_seq_len=spec.max_seq_len)
-    setup = build_real(RealBackendConfig(device="cpu", kv_budget_mib=budget_mib, seed=seed), spec,
-                       EngineConfig(name="paged", swap_space=1), limits)
-    executor, ranks = setup.executor, []
-    inner = executor.execute
+    Beams are kept in score order, so a parent's index is its rank.
+    """
 
-    def execute(batch):
-        duration = inner(batch)
+    def __init__(self, inner: Executor):
+        self.inner, self.name, self.ranks = inner, inner.name, []
+
+    def warmup(self) -> None:
+        self.inner.warmup()
+
+    def start_clock(self) -> None:
+        self.inner.start_clock()
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def wait_until(self, t: float) -> None:
+        self.inner.wait_until(t)
+
+    def execute(self, batch) -> float:
+        duration = self.inner.execute(batch)
         for seq in batch.decode:
             if seq.parents is not None:
-                ranks.extend(seq.parents)   # beams are kept in score order: a parent's index is its rank
+                self.ranks.extend(seq.parents)
         return duration
-    executor.execute = execute
+
+
+def run_real(requests, budget_mib: float, seed: int):
+    """Serve `requests` with the paged engine on the real backend; (iterations, parent ranks, KV slots)."""
+    from engines.real.build import RealBackendConfig, build_real
+
+    spec = load_model("tiny")
+    setup = build_real(RealBackendConfig(device="cpu", kv_budget_mib=budget_mib, seed=seed), spec, ENGINE,
+                       SchedulerLimits(max_seq_len=spec.max_seq_len))
+    executor = ParentRanks(setup.executor)
     executor.warmup()
     executor.start_clock()
     record = run_engine(requests, setup.scheduler, executor, progress=False)
-    return iterations_frame(record), np.array(ranks, dtype=np.int64), setup.num_slots
+    return iterations_frame(record), np.array(executor.ranks, dtype=np.int64), setup.num_slots
 
 
 def run_sim(requests, slots: int, decay: float, seed: int) -> pd.DataFrame:
-    from engines.build import build_scheduler
-    from engines.config import EngineConfig, SchedulerLimits
-    from engines.loop import run_engine
-    from engines.sim.beam_model import BeamModel
-    from engines.sim.build import build_cost_model
-    from engines.sim.executor import SimExecutor
-    from engines.sim.transfer import TransferModel
-    from engines.specs.presets import load_hardware, load_model
-    from results.record.frames import iterations_frame
-
-    spec, hw = load_model("tiny"), load_hardware("cpu-tiny")
-    engine = EngineConfig(name="paged", swap_space=1)
-    scheduler = build_scheduler(engine, SchedulerLimits(max_seq_len=spec.max_seq_len), slots,
-                                2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 4)
-    executor = SimExecutor(build_cost_model(spec, hw, engine.block_size),
-                           TransferModel(spec, hw, engine.block_size), BeamModel(decay, seed))
-    return iterations_frame(run_engine(requests, scheduler, executor, progress=False))
+    """The same requests on the sim (the fitted CPU preset), with the real run's KV slots and beam decay `decay`."""
+    spec = load_model("tiny")
+    setup = build_sim(SimBackendConfig(kv_budget_slots=slots, beam_parent_decay=decay, seed=seed), spec,
+                      load_hardware("cpu-tiny"), ENGINE, SchedulerLimits(max_seq_len=spec.max_seq_len))
+    return iterations_frame(run_engine(requests, setup.scheduler, setup.executor, progress=False))
 
 
 def distinct_parents(ranks: np.ndarray, width: int) -> float:
@@ -99,15 +109,11 @@ def distinct_parents(ranks: np.ndarray, width: int) -> float:
 
 
 def model_distinct_parents(width: int, decay: float, steps: int = 4000, seed: int = 0) -> float:
-    from engines.sim.beam_model import BeamModel
-
     model = BeamModel(decay, seed)
     return float(np.mean([len(set(model.parents(0, width))) for _ in range(steps)]))
 
 
 def check(widths: list[int], num_requests: int, budget_mib: float, seed: int) -> pd.DataFrame:
-    from engines.sim.beam_model import fit_decay
-
     rows = []
     for width in widths:
         requests = _requests(num_requests, width, seed)

@@ -19,7 +19,7 @@ beside the table records the device, library versions, thread count and date.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import datetime
 import json
 import platform
@@ -32,16 +32,10 @@ import pandas as pd
 import torch
 
 from engines.batch import Batch
-from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.real.attention import register
-from engines.real.build import host_load
-from engines.real.executor import RealExecutor
-from engines.real.kv_cache import allocate_kv
-from engines.real.model import build_model, resolve_device, resolve_dtype
+from engines.real.build import RealBackendConfig, build_real, host_load, load_real_model
 from engines.sequence import Sequence
 from engines.specs.presets import load_model
-from kernels.ops import load_ops
 from workloads.request import Request
 
 BLOCK_SIZES = (1, 4, 16, 64, 256)
@@ -89,30 +83,25 @@ def features(shape: Shape) -> dict:
 
 
 class Profiler:
-    """One model on one device; an executor per KV layout, built on first use."""
+    """One model on one device; an engine per KV layout, built through the real backend's builder on first use."""
 
     def __init__(self, model_name: str, device: str = "auto", dtype: str = "auto", kv_slots: int = 131_072):
         self.spec = load_model(model_name)
-        self.device = resolve_device(device)
-        self.dtype = resolve_dtype(dtype, self.device)
-        self.model = build_model(self.spec, self.device, self.dtype, seed=0)
-        self.model.set_attn_implementation(register())
-        self.ops = load_ops("triton" if self.device.type == "cuda" else "torch")
+        self.backend = RealBackendConfig(device=device, dtype=dtype, seed=0)
+        self.loaded = load_real_model(self.backend, self.spec)
+        self.device, self.dtype, self.ops = self.loaded.device, self.loaded.dtype, self.loaded.ops
         self.kv_slots = kv_slots
         self._engines: dict[tuple[str, int], tuple] = {}
 
     def _engine(self, layout: str, block_size: int):
         key = (layout, block_size)
         if key not in self._engines:
-            engine = (EngineConfig(name="paged", block_size=block_size, watermark=0.0) if layout == "paged"
-                      else EngineConfig(name="orca", reservation="oracle", allocator="first_fit"))
-            limits = SchedulerLimits(max_seq_len=self.spec.max_seq_len)
-            kv = build_scheduler(engine, limits, self.kv_slots).kv
-            cfg = self.model.config
-            kv_heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-            cache = allocate_kv(cfg.num_hidden_layers, kv_heads, cfg.hidden_size // cfg.num_attention_heads,
-                                self.kv_slots, block_size if layout == "paged" else None, self.dtype, self.device)
-            self._engines[key] = (kv, RealExecutor(self.model, kv, cache, self.ops, self.device))
+            engine = (EngineConfig(name="paged", block_size=block_size, watermark=0.0, swap_space=0)
+                      if layout == "paged" else EngineConfig(name="orca", reservation="oracle", allocator="first_fit"))
+            budget = replace(self.backend, kv_budget_mib=self.kv_slots * self.loaded.bytes_per_slot / 2**20)
+            setup = build_real(budget, self.spec, engine, SchedulerLimits(max_seq_len=self.spec.max_seq_len),
+                               loaded=self.loaded)
+            self._engines[key] = (setup.scheduler.kv, setup.executor)
         return self._engines[key]
 
     def time(self, shape: Shape, warmup: int, repeats: int) -> list[float]:

@@ -30,8 +30,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from engines.batch import Batch
+from engines.config import EngineConfig, SchedulerLimits
+from engines.real.build import RealBackendConfig, build_real, load_real_model
 from engines.real.kv_cache import bytes_per_slot
+from engines.real.model import resolve_device, resolve_dtype
 from engines.real.swap import allocate_host_blocks, swap_blocks
+from engines.sequence import Sequence
+from engines.specs.presets import load_model
+from workloads.request import Request
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -55,40 +62,25 @@ def _median_s(fn, device: torch.device, repeats: int) -> float:
 
 def recompute_s(model_name: str, tokens: int, device: torch.device, dtype: torch.dtype, repeats: int) -> float:
     """Seconds of one prefill of `tokens` tokens through the real model: what recomputation costs."""
-    from engines.build import build_scheduler
-    from engines.batch import Batch
-    from engines.config import EngineConfig, SchedulerLimits
-    from engines.real.attention import register
-    from engines.real.executor import RealExecutor
-    from engines.real.kv_cache import allocate_kv
-    from engines.real.model import build_model
-    from engines.sequence import Sequence
-    from engines.specs.presets import load_model
-    from kernels.ops import load_ops
-    from workloads.request import Request
-
     spec = load_model(model_name)
-    model = build_model(spec, device, dtype)
-    model.set_attn_implementation(register())
+    backend = RealBackendConfig(device=str(device), dtype=str(dtype).removeprefix("torch."))
+    loaded = load_real_model(backend, spec)
+    backend.kv_budget_mib = (tokens + 32) * loaded.bytes_per_slot / 2**20
     limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max(tokens, spec.max_seq_len))
-    scheduler = build_scheduler(EngineConfig(name="paged", block_size=16, watermark=0.0), limits, tokens + 32)
-    cache = allocate_kv(spec.num_layers, spec.num_kv_heads, spec.head_dim, tokens + 32, 16, dtype, device)
-    executor = RealExecutor(model, scheduler.kv, cache, load_ops("auto"), device)
+    setup = build_real(backend, spec, EngineConfig(name="paged", block_size=16, watermark=0.0, swap_space=0),
+                       limits, loaded=loaded)
     seq = Sequence(Request(0, 0.0, tuple(range(1, tokens + 1)), output_len=2))
-    scheduler.kv.try_admit(seq)
+    setup.scheduler.kv.try_admit(seq)
     batch = Batch(prefill=[seq], prefill_lens=[tokens])
 
     def run() -> None:
-        executor.execute(batch)
+        setup.executor.execute(batch)
         seq.output_token_ids.clear()
     return _median_s(run, device, repeats)
 
 
 def measure(model_name: str = "tiny", tokens: int = 1024, repeats: int = 5, device: str = "auto",
             block_sizes=BLOCK_SIZES) -> tuple[list[dict], dict]:
-    from engines.real.model import resolve_device, resolve_dtype
-    from engines.specs.presets import load_model
-
     dev = resolve_device(device)
     dtype = resolve_dtype("auto", dev)
     spec = load_model(model_name)

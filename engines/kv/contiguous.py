@@ -25,7 +25,8 @@ class ContiguousKV:
         self._copies: list[tuple[int, int, int]] = []   # (source start, destination start, tokens)
         self._fits: dict[tuple[int, int], bool] = {}    # (region size, rows) -> fits an empty arena
 
-    recomputes = False   # a region never grows, so nothing is ever preempted
+    paged = False        # one contiguous region per row, no block tables
+    host_blocks = 0      # no host pool: a region never grows, so nothing is ever preempted or swapped
 
     def describe(self) -> str:
         return (f"contiguous arena of {self.capacity:,} slots, {self.arena.allocator_name} allocator, "
@@ -134,6 +135,19 @@ class ContiguousKV:
 
     def holds(self, seq: Sequence) -> bool:
         return seq.id in self.arena.regions
+
+    def can_swap_out(self, seq: Sequence) -> bool:
+        """Never: there is no host pool (nothing is preempted)."""
+        return False
+
+    def can_swap_in(self, seq: Sequence, watermark: bool = True) -> bool:
+        return False
+
+    def swap_out(self, seq: Sequence) -> int:
+        raise RuntimeError("a contiguous KV manager has no host pool to swap to")
+
+    def swap_in(self, seq: Sequence) -> int:
+        raise RuntimeError("a contiguous KV manager has no host pool to swap from")
 
     def split(self, held, next_waiting: Sequence | None, stored: int | None = None) -> MemorySplit:
         """The split with `held` the sequences holding regions; `stored`, if the caller keeps it, their tokens."""

@@ -54,7 +54,12 @@ class PagedKV:
         # the order they were decided: a block freed by one may be the destination of a later one.
         self._moves: list[tuple[str, int, int]] = []
 
-    recomputes = True   # a sequence that cannot grow is preempted (recomputed or swapped)
+    paged = True   # block tables; a sequence that cannot grow is preempted (recomputed or swapped)
+
+    @property
+    def host_blocks(self) -> int:
+        """Blocks of the host pool that swapped groups move to; 0 without one."""
+        return self.cpu_pool.num_blocks if self.cpu_pool is not None else 0
 
     def describe(self) -> str:
         swap = f", host pool of {self.cpu_pool.num_blocks:,} blocks" if self.cpu_pool else ", no host pool"

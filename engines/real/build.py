@@ -1,13 +1,15 @@
 """Set up the real backend for one run: device, model, KV tensors in the engine's layout, executor."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+import logging
 import os
 
 import torch
 
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
+from engines.protocols import Scheduler
 from engines.specs.mapping import build_from_mapping
 from engines.specs.model import ModelSpec
 from engines.real.attention import register
@@ -16,6 +18,8 @@ from engines.real.kv_cache import KVCache, allocate_kv, bytes_per_slot, kv_budge
 from engines.real.model import build_model, resolve_device, resolve_dtype
 from engines.real.swap import allocate_host_blocks
 from kernels.ops import load_ops
+
+log = logging.getLogger("pagedbench")
 
 
 @dataclass(slots=True)
@@ -41,18 +45,36 @@ class RealBackendConfig:
 
 @dataclass(slots=True)
 class RealSetup:
-    scheduler: object
+    scheduler: Scheduler
     executor: RealExecutor
+    model: str
     device: str
     dtype: str
     kernels: str
     budget_bytes: int
     bytes_per_slot: int
     num_slots: int
+    load: dict = field(default_factory=dict)   # host_load() when the backend was built
+
+    @property
+    def where(self) -> str:
+        return self.device
 
     def describe(self) -> str:
-        return (f"KV budget: {self.budget_bytes / 2**20:.1f} MiB = {self.num_slots:,} token slots "
+        return (f"{self.model}: KV budget: {self.budget_bytes / 2**20:.1f} MiB = {self.num_slots:,} token slots "
                 f"({self.bytes_per_slot / 1024:.1f} KiB/token) on {self.device}, {self.dtype}, {self.kernels} kernels")
+
+    def summary_fields(self) -> dict:
+        return {"device": self.device, "dtype": self.dtype, "kernels": self.kernels,
+                "kv_budget_bytes": self.budget_bytes, "kv_budget_slots": self.num_slots,
+                "torch_threads": self.load.get("torch_threads"), "cpu_count": self.load.get("cpu_count"),
+                "load_avg_1m_start": self.load.get("load_avg_1m")}
+
+    def after_run_fields(self, busy_s: float) -> dict:
+        """Time inside the model forward, and the machine's load when the run ended."""
+        forward = self.executor.forward_s
+        return {"forward_s": forward, "forward_fraction_of_iterations": forward / busy_s if busy_s > 0 else None,
+                "load_avg_1m_end": host_load()["load_avg_1m"]}
 
 
 def available_bytes(device: torch.device) -> int:
@@ -83,7 +105,26 @@ def check_fits(spec: ModelSpec, dtype: torch.dtype, device: torch.device) -> Non
                          f"{have / 2**30:.1f} GiB available; pick a smaller model (e.g. model=tiny) or backend=sim")
 
 
-def build_real(backend: RealBackendConfig, spec: ModelSpec, engine: EngineConfig, limits: SchedulerLimits) -> RealSetup:
+@dataclass(slots=True)
+class LoadedModel:
+    """A model on its device with our attention hook, and the kernels its KV layouts use: built once,
+    shared by every engine built over it (`build_real(..., loaded=)`)."""
+
+    spec: ModelSpec
+    model: torch.nn.Module
+    device: torch.device
+    dtype: torch.dtype
+    ops: object               # kernels.ops: torch references or Triton kernels
+    num_layers: int
+    kv_heads: int
+    head_dim: int
+
+    @property
+    def bytes_per_slot(self) -> int:
+        return bytes_per_slot(self.num_layers, self.kv_heads, self.head_dim, self.dtype)
+
+
+def load_real_model(backend: RealBackendConfig, spec: ModelSpec) -> LoadedModel:
     device = resolve_device(backend.device)
     dtype = resolve_dtype(backend.dtype, device)
     ops = load_ops("triton" if backend.kernels == "auto" and device.type == "cuda" else
@@ -96,19 +137,34 @@ def build_real(backend: RealBackendConfig, spec: ModelSpec, engine: EngineConfig
     heads = cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    per_slot = bytes_per_slot(cfg.num_hidden_layers, kv_heads, head_dim, dtype)
+    return LoadedModel(spec, model, device, dtype, ops, cfg.num_hidden_layers, kv_heads, head_dim)
+
+
+def build_real(backend: RealBackendConfig, spec: ModelSpec, engine: EngineConfig, limits: SchedulerLimits,
+               loaded: LoadedModel | None = None) -> RealSetup:
+    """Scheduler, KV tensors in the engine's layout and wall-clock executor over `backend`'s KV budget.
+    `loaded`: a model already loaded for `backend` and `spec` (else it is loaded here)."""
+    if loaded is None:
+        loaded = load_real_model(backend, spec)
+    device, dtype, per_slot = loaded.device, loaded.dtype, loaded.bytes_per_slot
     budget = kv_budget_bytes(device, backend.kv_budget_mib, backend.kv_budget_fraction, backend.cpu_kv_budget_mib)
     slots = budget // per_slot
     # The same slots for every engine; each lays them out its way.
     scheduler = build_scheduler(engine, limits, slots, per_slot)
-    cache = allocate_kv(cfg.num_hidden_layers, kv_heads, head_dim, slots,
+    cache = allocate_kv(loaded.num_layers, loaded.kv_heads, loaded.head_dim, slots,
                         engine.block_size if engine.name == "paged" else None, dtype, device)
     host = None
-    cpu_pool = getattr(scheduler.kv, "cpu_pool", None)
-    if cpu_pool is not None:
-        host_k, host_v = allocate_host_blocks(cache.k, cpu_pool.num_blocks)
-        host = KVCache(host_k, host_v, cpu_pool.num_blocks * engine.block_size, per_slot)
-    executor = RealExecutor(model, scheduler.kv, cache, ops, device, backend.temperature, backend.seed, host=host)
+    host_blocks = scheduler.kv.host_blocks
+    if host_blocks:
+        host_k, host_v = allocate_host_blocks(cache.k, host_blocks)
+        host = KVCache(host_k, host_v, host_blocks * engine.block_size, per_slot)
+    executor = RealExecutor(loaded.model, scheduler.kv, cache, loaded.ops, device, backend.temperature,
+                            backend.seed, host=host)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    return RealSetup(scheduler, executor, device_name, str(dtype).removeprefix("torch."), ops.name,
-                     budget, per_slot, slots)
+    load = host_load()
+    if load["load_avg_1m"] > load["cpu_count"]:
+        log.warning("the machine's load (%.1f over the last minute) exceeds its %d cores: other jobs share them, "
+                    "so this run's wall-clock figures will read slow; time runs one at a time",
+                    load["load_avg_1m"], load["cpu_count"])
+    return RealSetup(scheduler, executor, spec.name, device_name, str(dtype).removeprefix("torch."),
+                     loaded.ops.name, budget, per_slot, slots, load)

@@ -6,6 +6,7 @@ import time
 import torch
 
 from engines.batch import Batch
+from engines.protocols import KVManager
 from engines.real.context import IterationContext, set_context
 from engines.real.kv_cache import KVCache
 from engines.real.swap import swap_blocks
@@ -30,12 +31,12 @@ class RealExecutor:
 
     name = "real"
 
-    def __init__(self, model: torch.nn.Module, kv, cache: KVCache, ops, device: torch.device,
+    def __init__(self, model: torch.nn.Module, kv: KVManager, cache: KVCache, ops, device: torch.device,
                  temperature: float = 0.0, seed: int = 0, keep_logits: bool = False, host: KVCache | None = None):
         self.model, self.kv, self.cache, self.ops, self.device = model, kv, cache, ops, device
         self.host = host              # the host pool's blocks (paged swapping), or None
         self.seed = seed
-        self.paged = hasattr(kv, "block_tables")
+        self.paged = kv.paged
         self.vocab_size = model.config.vocab_size
         self.temperature = temperature
         self.generator = torch.Generator(device=device).manual_seed(seed)

@@ -1,11 +1,14 @@
 """Rejecting, on arrival, a request that no engine state could ever serve: one rule for every engine."""
 from __future__ import annotations
 
+from collections import deque
+
 from engines.config import SchedulerLimits
+from engines.protocols import KVManager
 from engines.sequence import Sequence, Status
 
 
-def rejection_reason(seq: Sequence, kv, limits: SchedulerLimits) -> str | None:
+def rejection_reason(seq: Sequence, kv: KVManager, limits: SchedulerLimits) -> str | None:
     """Why `seq` can never run, or None.
 
     No prefill rule is needed: `SchedulerLimits` refuses a token budget below
@@ -20,7 +23,8 @@ def rejection_reason(seq: Sequence, kv, limits: SchedulerLimits) -> str | None:
     return reason
 
 
-def queue_or_reject(seq: Sequence, waiting, kv, limits: SchedulerLimits, now: float) -> bool:
+def queue_or_reject(seq: Sequence, waiting: deque[Sequence], kv: KVManager, limits: SchedulerLimits,
+                    now: float) -> bool:
     """Append an arrived request to `waiting`; or, if it can never run, mark it rejected. True if queued."""
     reason = rejection_reason(seq, kv, limits)
     if reason is not None:

@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from engines.batch import Batch
+from engines.protocols import KVManager
 
 
-def apply_forks(kv, batch: Batch) -> None:
+def apply_forks(kv: KVManager, batch: Batch) -> None:
     """A prefilled shared prefix joins the cache (paged); a group's rows descend from its prompt after
     its prefill, and from the beams the step chose (`Sequence.parents`, set by the executor) after a beam
     step. The KV manager shares (paged) or copies (contiguous) accordingly."""

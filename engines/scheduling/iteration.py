@@ -30,11 +30,12 @@ from engines.scheduling.forks import apply_forks
 from engines.batch import Batch
 from engines.config import PREEMPTION, SchedulerLimits
 from engines.kv.memory_split import MemorySplit
+from engines.protocols import KVManager
 from engines.sequence import Sequence, Status
 
 
 class IterationScheduler:
-    def __init__(self, kv, limits: SchedulerLimits, preemption: str = "auto"):
+    def __init__(self, kv: KVManager, limits: SchedulerLimits, preemption: str = "auto"):
         if preemption not in PREEMPTION:
             raise ValueError(f"preemption={preemption!r} is not one of {list(PREEMPTION)}")
         self.kv = kv

@@ -23,12 +23,13 @@ from engines.scheduling.forks import apply_forks
 from engines.batch import Batch
 from engines.config import SchedulerLimits
 from engines.kv.memory_split import MemorySplit
+from engines.protocols import KVManager
 from engines.sequence import Sequence, Status
 
 
 class StaticScheduler:
     swapped = ()   # never preempts
-    def __init__(self, kv, limits: SchedulerLimits):
+    def __init__(self, kv: KVManager, limits: SchedulerLimits):
         self.kv = kv   # a ContiguousKV with the MAX reservation
         self.limits = limits
         self.waiting: deque[Sequence] = deque()

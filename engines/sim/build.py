@@ -1,10 +1,69 @@
-"""Map a model and hardware preset to the sim's cost model: the roofline, or the fitted linear model."""
+"""Set up the simulated backend for one run: its typed config, the KV budget, the scheduler and the executor.
+
+The sim's counterpart of `engines/real/build.py`: `run.py` and every study
+build the sim through `build_sim`, never by hand.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from engines.build import build_scheduler
+from engines.config import EngineConfig, SchedulerLimits
+from engines.kv.budget import kv_budget
+from engines.protocols import Scheduler
+from engines.sim.beam_model import BeamModel
 from engines.sim.cost_model import CostModel
+from engines.sim.executor import SimExecutor
 from engines.sim.linear_cost import LinearCostModel
+from engines.sim.transfer import TransferModel
 from engines.specs.hardware import HardwareSpec
+from engines.specs.mapping import build_from_mapping
 from engines.specs.model import ModelSpec
+
+
+@dataclass(slots=True)
+class SimBackendConfig:
+    name: str = "sim"
+    # KV budget in token slots; None derives it from the hardware preset (memory x utilisation - weights -
+    # activations). A real run's kv_budget_slots replays that run on the sim with the same memory.
+    kv_budget_slots: int | None = None
+    beam_parent_decay: float = 1.0    # each new beam extends old beam r with probability ~ decay^r
+    seed: int = 0                     # the beam model's draws
+
+    def __post_init__(self) -> None:
+        slots = self.kv_budget_slots
+        if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < 1):
+            raise ValueError(f"backend.kv_budget_slots must be a positive integer, got {slots!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SimBackendConfig":
+        return build_from_mapping(cls, d, "backend")
+
+
+@dataclass(slots=True)
+class SimSetup:
+    scheduler: Scheduler
+    executor: SimExecutor
+    hardware: str
+    tp: int
+    budget_bytes: int
+    num_slots: int
+    budget_note: str     # how the budget was set
+
+    @property
+    def where(self) -> str:
+        return self.hardware
+
+    def describe(self) -> str:
+        return self.budget_note
+
+    def summary_fields(self) -> dict:
+        return {"hardware": self.hardware, "tp": self.tp, "kv_budget_bytes": self.budget_bytes,
+                "kv_budget_slots": self.num_slots}
+
+    def after_run_fields(self, busy_s: float) -> dict:
+        """Nothing: the sim's clock is its cost model."""
+        return {}
 
 
 def build_cost_model(model: ModelSpec, hw: HardwareSpec, block_size: int | None = None):
@@ -12,3 +71,23 @@ def build_cost_model(model: ModelSpec, hw: HardwareSpec, block_size: int | None 
     if hw.fitted is not None:
         return LinearCostModel(model, hw, block_size)
     return CostModel(model, hw, block_size)
+
+
+def build_sim(backend: SimBackendConfig, model: ModelSpec, hardware: HardwareSpec, engine: EngineConfig,
+              limits: SchedulerLimits, gpu_memory_utilization: float = 0.9) -> SimSetup:
+    """Scheduler and virtual-clock executor over the KV budget that `backend` or the presets give."""
+    slots = backend.kv_budget_slots
+    if slots is not None:
+        budget_bytes = slots * model.kv_bytes_per_token
+        note = f"KV budget set to {slots:,} token slots"
+    else:
+        budget = kv_budget(model, hardware, gpu_memory_utilization, limits.max_num_batched_tokens,
+                           limits.max_num_seqs)
+        slots, budget_bytes, note = budget.num_slots, budget.kv_bytes, budget.describe()
+    scheduler = build_scheduler(engine, limits, slots, model.kv_bytes_per_token // model.tp)
+    block_size = engine.block_size if engine.name == "paged" else None
+    executor = SimExecutor(build_cost_model(model, hardware, block_size),
+                           TransferModel(model, hardware, block_size),
+                           BeamModel(backend.beam_parent_decay, backend.seed))
+    return SimSetup(scheduler, executor, hardware.name, model.tp, budget_bytes, slots,
+                    f"{model.name} on {hardware.name} x{model.tp}: {note}")

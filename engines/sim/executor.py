@@ -20,6 +20,12 @@ class SimExecutor:
         self.beams = beams if beams is not None else BeamModel()
         self.clock = 0.0
 
+    def start_clock(self) -> None:
+        self.clock = 0.0
+
+    def warmup(self) -> None:
+        """Nothing to warm up: no device runs."""
+
     def now(self) -> float:
         return self.clock
 

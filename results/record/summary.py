@@ -10,6 +10,8 @@ The warm-up is `warmup_fraction` of the span from the first arrival to the
 window's end. Steady throughput counts the tokens and finished requests of
 the window over its length; steady latency figures (normalized latency,
 TTFT, TPOT, SLO attainment) are over the requests that arrive in the window.
+`build_summary` puts the run's setting beside those metrics: the one place a
+summary.json is assembled.
 """
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from engines.config import EngineConfig
 from engines.kv.memory_split import CATEGORIES
+from workloads.config import WorkloadConfig
 
 PERCENTILES = (50, 90, 99)
 WARMUP_FRACTION = 0.1
@@ -186,3 +190,43 @@ def summarize(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction:
     out.update(steady(iterations, requests, warmup_fraction, slo))
     out["drain_s"] = end - out["window_end_s"] if len(done) else math.nan
     return out
+
+
+@dataclass(slots=True, frozen=True)
+class RunSetting:
+    """What a run was: its engine, trace and backend, as the summary names them."""
+
+    engine: EngineConfig
+    workload: WorkloadConfig
+    model: str
+    backend: str
+    backend_fields: dict         # the backend's own keys (hardware and budget, or device, dtype and load)
+    width: int                   # rows of the widest request
+    trace: dict                  # workloads.trace_stats of the trace
+    experiment: str | None
+    stop_at_last_arrival: bool
+
+
+def build_summary(setting: RunSetting, iterations: pd.DataFrame, requests: pd.DataFrame, wall_s: float,
+                  warmup_fraction: float, slo: SLO, after_run: dict) -> dict:
+    """The run's summary.json: its setting, the metrics of its two tables, and what the run cost.
+
+    `after_run` holds the backend's keys known only once the run has ended (the real backend's time
+    inside the model forward and the machine's load).
+    """
+    engine, workload = setting.engine, setting.workload
+    paged = engine.name == "paged"
+    return {
+        "engine": engine.label, "block_size": engine.block_size if paged else None,
+        "preemption": engine.preemption if paged else None, "width": setting.width,
+        "workload": workload.label, "model": setting.model, "backend": setting.backend, **setting.backend_fields,
+        "arrival": workload.arrival, "request_rate": workload.request_rate, "workload_seed": workload.seed,
+        "duration_s": workload.duration_s, "trace_draws": setting.trace["count"],
+        "trace_distinct_pairs": setting.trace["distinct_pairs"], "experiment": setting.experiment,
+        **summarize(iterations, requests, warmup_fraction, slo),
+        "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s,
+        "stopped_at_last_arrival": setting.stop_at_last_arrival,
+        "wall_s": wall_s,
+        "iterations_per_wall_s": len(iterations) / wall_s if wall_s > 0 else None,
+        **after_run,
+    }

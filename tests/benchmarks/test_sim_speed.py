@@ -11,13 +11,10 @@ import time
 
 import pytest
 
-from engines.kv.budget import kv_budget
-from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.sim.build import build_cost_model
 from engines.loop import run_engine
+from engines.sim.build import SimBackendConfig, build_sim
 from engines.specs.presets import load_hardware, load_model
-from engines.sim.executor import SimExecutor
 from results.record.frames import iterations_frame, requests_frame
 from results.record.summary import summarize
 from workloads import WorkloadConfig, build_workload
@@ -30,19 +27,18 @@ ENGINES = [dict(name="static"), dict(name="orca", reservation="max"), dict(name=
 def setting():
     model, hardware = load_model("opt-13b"), load_hardware("a100-40gb")
     limits = SchedulerLimits(max_seq_len=model.max_seq_len)
-    budget = kv_budget(model, hardware, 0.9, limits.max_num_batched_tokens, limits.max_num_seqs)
     requests = build_workload(WorkloadConfig(name="sharegpt", num_requests=1000))
-    return requests, limits, budget.num_slots, (model, hardware)
+    return requests, limits, (model, hardware)
 
 
 @pytest.mark.parametrize("engine", ENGINES, ids=lambda e: EngineConfig(**e).label)
 def test_sim_speed_1000_sharegpt_requests(benchmark, setting, engine):
-    requests, limits, slots, (model, hardware) = setting
+    requests, limits, (model, hardware) = setting
     config = EngineConfig(**engine)
-    cost_model = build_cost_model(model, hardware, config.block_size if config.name == "paged" else None)
 
     def serve():
-        return run_engine(requests, build_scheduler(config, limits, slots), SimExecutor(cost_model), progress=False)
+        setup = build_sim(SimBackendConfig(), model, hardware, config, limits)
+        return run_engine(requests, setup.scheduler, setup.executor, progress=False)
 
     record = benchmark.pedantic(serve, rounds=1, iterations=1)
     assert all(s.done for s in record.sequences)
@@ -52,14 +48,13 @@ def test_sim_speed_1000_sharegpt_requests(benchmark, setting, engine):
 
 def test_sim_speed_one_hour_sharegpt_at_paged_capacity(benchmark, setting):
     """Build the trace, serve it, tabulate and summarise it: one run of a capacity search."""
-    _, limits, slots, (model, hardware) = setting
-    cost_model = build_cost_model(model, hardware, 16)
+    _, limits, (model, hardware) = setting
     workload = WorkloadConfig(name="sharegpt", arrival="poisson", request_rate=5.0, duration_s=3600.0)
 
     def one_run():
         requests = build_workload(workload)
-        record = run_engine(requests, build_scheduler(EngineConfig(name="paged"), limits, slots),
-                            SimExecutor(cost_model), progress=False)
+        setup = build_sim(SimBackendConfig(), model, hardware, EngineConfig(name="paged"), limits)
+        record = run_engine(requests, setup.scheduler, setup.executor, progress=False)
         return record, summarize(iterations_frame(record), requests_frame(record))
 
     start = time.perf_counter()

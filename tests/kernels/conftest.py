@@ -1,15 +1,8 @@
-"""Kernel tests run natively on a CUDA device, else under the Triton interpreter on the CPU.
-
-Triton reads TRITON_INTERPRET when a @triton.jit function is decorated, so it is set
-here, at import, before any test module imports kernels.triton_*.
+"""Kernel tests run natively on a CUDA device, else under the Triton interpreter on the CPU
+(TRITON_INTERPRET=1, set by tests/conftest.py before any test module is imported).
 """
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,9 @@
 """Small real models and a harness that serves requests through the real executor on cpu.
 
-Triton reads TRITON_INTERPRET when a kernel is decorated, so it is set here, before any test imports
-kernels.triton_*: without a GPU the Triton kernels run under the interpreter.
+Without a GPU the Triton kernels run under the interpreter (TRITON_INTERPRET=1, set by tests/conftest.py).
 """
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ["TRITON_INTERPRET"] = "1"
 
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
