@@ -1,16 +1,21 @@
 """Engines: a scheduler over a KV-memory manager, driven by the engine loop and executed by a backend.
 
 At the top live what every piece shares: `sequence` (a request's life in an
-engine), `batch` (what one iteration runs), `config` (engine and limit
+engine), `batch` (what one iteration runs), `protocols` (the seams: what a
+scheduler asks of a KV manager, what the loop asks of a scheduler and an
+executor, what a backend's builder returns), `config` (engine and limit
 configs), `build` (config name -> scheduler over its KV manager) and `loop`
-(release arrivals, schedule, execute, account). The subpackages are
-`specs/` (model and hardware descriptions, presets), `kv/` (allocators, KV
+(release arrivals, schedule, execute, account; one `IterationRow` each).
+The subpackages are `specs/` (model and hardware descriptions, presets), `kv/` (allocators, KV
 managers, the memory split, the budget), `scheduling/` (admission and the
 schedulers), `sim/` (the simulated backend: cost model and virtual-clock
 executor) and `real/` (the real backend: a transformers model on the
-engine's KV layout). Imports point down that list: `specs` and `kv` import
+engine's KV layout); each backend has one typed config and one builder
+(`sim/build.py`, `real/build.py`). Imports point down that list: `specs`
+and `kv` import
 nothing of `scheduling`, `sim` or `real`; `scheduling` imports `kv`; the two
 backends import what they execute but never each other. From outside the
-package, engines may import `workloads.request` (the Request type) and
-`kernels` (from `real/` only), nothing of `results`.
+package, engines may import `workloads.request` (the Request type),
+`paths` (where the presets live) and `kernels` (from `real/` only), nothing
+of `results` or `studies`.
 """

@@ -27,11 +27,9 @@ import pandas as pd
 
 from paths import OUTPUTS, ROOT
 from results.record.store import atomic_write
+from results.report.replay_table import METRICS, format_table
 
 SHAPE = ("prefill_seqs", "prefill_tokens", "decode_seqs", "decode_rows")
-METRICS = (("makespan_s", "makespan (s)"), ("output_tokens_per_s", "output tok/s"),
-           ("mean_batch_size", "mean decode batch"), ("ttft_s_mean", "TTFT mean (s)"),
-           ("tpot_s_mean", "TPOT mean (s)"))
 
 
 def run(overrides: list[str], run_dir: Path, rerun: bool) -> dict:
@@ -80,19 +78,6 @@ def replay(trace: Path, hardware: str, model: str, engines: list[str], out: Path
     table = pd.DataFrame(rows)
     atomic_write(out / "replay.csv", lambda tmp: table.to_csv(tmp, index=False))
     return table
-
-
-def format_table(table: pd.DataFrame) -> str:
-    lines = ["| engine | per-iteration MAPE | " + " | ".join(f"{label}: sim / real (error)" for _, label in METRICS)
-             + " |", "|---|---|" + "---|" * len(METRICS)]
-    for r in table.to_dict("records"):
-        cells = [r["engine"], "n/a (schedules differ)" if not r["same_schedule"] else
-                 f"{r['iteration_mape_pct']:.1f}% (prefill {r['prefill_iteration_mape_pct']:.1f}%, "
-                 f"decode {r['decode_iteration_mape_pct']:.1f}%)"]
-        for key, _ in METRICS:
-            cells.append(f"{r[f'sim_{key}']:.4g} / {r[f'real_{key}']:.4g} ({r[f'{key}_error_pct']:+.1f}%)")
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:

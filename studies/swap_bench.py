@@ -40,7 +40,7 @@ from engines.sequence import Sequence
 from engines.specs.presets import load_model
 from workloads.request import Request
 
-BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+from engines.sim.swap_cost import BLOCK_SIZES   # Figure 19a's block sizes, as the sim tabulates them
 
 
 def _sync(device: torch.device) -> None:

@@ -2,11 +2,10 @@
 
     python -m studies.swap_cost [--model opt-13b] [--hardware a100-40gb] [--tokens 1024]
 
-Swap out and swap in each move `tokens` token slots across the host link as
-`engines.sim.transfer.TransferModel` charges them (a fixed cost per block,
-layer, K and V, plus bytes over the link); recomputation is the prefill of
-the same tokens, alone in an iteration, by the cost model (the same at every
-block size). The real device's counterpart is the swap benchmark
+The table is `engines.sim.swap_cost.swap_costs`: swap out and swap in each
+move `tokens` token slots across the host link as the sim's transfer model
+charges them; recomputation is the prefill of the same tokens by the cost
+model. The real device's counterpart is the swap benchmark
 (`python -m studies.swap_bench --out DIR`).
 """
 from __future__ import annotations
@@ -16,23 +15,12 @@ import sys
 
 import pandas as pd
 
-from engines.kv.block_pool import blocks_for
-from engines.sim.build import build_cost_model
-from engines.sim.transfer import TransferModel
+from engines.sim.swap_cost import swap_costs
 from engines.specs.presets import load_hardware, load_model
-
-BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
 def swap_cost_table(model: str = "opt-13b", hardware: str = "a100-40gb", tokens: int = 1024) -> pd.DataFrame:
-    spec, hw = load_model(model), load_hardware(hardware)
-    recompute = build_cost_model(spec, hw, None).iteration_time([tokens], [])
-    rows = []
-    for bs in BLOCK_SIZES:
-        swap = TransferModel(spec, hw, bs).swap_time(blocks_for(tokens, bs))
-        rows.append({"block_size": bs, "tokens": tokens, "swap_one_way_ms": 1e3 * swap,
-                     "recompute_ms": 1e3 * recompute, "recompute_over_swap": recompute / swap})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(swap_costs(load_model(model), load_hardware(hardware), tokens))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -3,8 +3,9 @@
 Loaders (`sharegpt`, `chat`, `alpaca`, `alpaca_synthetic`, `translation`, `synthetic`), tokenizers
 and their cache, length filters, arrival processes, and `build_workload`,
 which turns a `WorkloadConfig` into a seeded, reproducible list of
-`Request`s. The first stage of the pipeline: imports nothing of `engines`,
-`kernels` or `results`.
+`Request`s; `stats` and `write_trace` are its commands. The first stage of
+the pipeline: imports nothing of `engines`, `kernels` or `results` (only
+`paths`, for where its configs live).
 """
 from workloads.build import build_workload
 from workloads.config import WorkloadConfig

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from engines.sim.swap_cost import swap_costs
+from engines.specs.presets import load_hardware, load_model
 from results.sweeps.capacity import CAPACITY_CSV
 from results.report.paper import paper
 
@@ -220,16 +222,14 @@ def section_chat(experiments: Path) -> str:
 
 
 def section_swap(experiments: Path, swap_bench: Path) -> str:
-    from studies.swap_cost import swap_cost_table   # noqa: PLC0415
-
     head = ("## Swapping and recomputation (Figure 19)\n\n"
             "A preempted request's blocks move to a host pool and back (`engine.preemption=swap`), or are freed "
             "and recomputed by a prefill (`recompute`). The sim charges a swap one transfer per block, layer, K "
             "and V, each 10 us of fixed cost plus its bytes over 25 GB/s of PCIe 4.0 (`conf/hardware/"
             "a100-40gb.yaml`; estimates until a GPU run of the swap benchmark measures them).\n\n")
-    t = swap_cost_table()
-    rows = [[str(int(r.block_size)), _num(r.swap_one_way_ms, ".1f"), _num(r.recompute_ms, ".1f"),
-             _num(r.recompute_over_swap, ".2f")] for r in t.itertuples()]
+    costs = swap_costs(load_model("opt-13b"), load_hardware("a100-40gb"), 1024)
+    rows = [[str(int(r["block_size"])), _num(r["swap_one_way_ms"], ".1f"), _num(r["recompute_ms"], ".1f"),
+             _num(r["recompute_over_swap"], ".2f")] for r in costs]
     parts = [head, "**Figure 19a on the sim**, `python -m studies.swap_cost` (OPT-13B, A100-40GB, 1,024 tokens):\n\n"
              + _table(["block size", "swap one way (ms)", "recompute (ms)", "recompute / swap"], rows) + "\n"]
     bench = swap_bench / "swap_bench.csv"

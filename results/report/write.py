@@ -27,6 +27,7 @@ from results.report.plots import (has_curve, plot_batch_size, plot_block_size, p
                            rate_curves)
 from results.record.store import atomic_write
 from results.report.paper import earlier_report, paper
+from results.report.replay_table import format_table
 from results.sweeps.collect import collect
 
 THRESHOLD = 0.2           # s/token: the latency criterion of experiment=capacity
@@ -326,7 +327,6 @@ def section_validation(replay_dir: Path) -> str:
     path = replay_dir / "replay.csv"
     if not path.is_file():
         return head + "*Not run: no replay.csv under " + str(replay_dir) + ".*\n"
-    from studies.replay import format_table   # noqa: PLC0415
     t = pd.read_csv(path)
     worst = t.loc[t["output_tokens_per_s_error_pct"].abs().idxmax()]
     return (head + format_table(t) + "\n\nTargets were throughput and makespan within 5% and per-iteration MAPE "

@@ -1,11 +1,7 @@
 """The sharing sections of the report: read from capacity tables and aggregates, the paper beside ours."""
-import numpy as np
 import pandas as pd
 
-from engines.sim.beam_model import BeamModel, fit_decay
 from results.report import sharing as rs
-from studies.beam_check import distinct_parents, model_distinct_parents
-from studies.swap_cost import main as swap_cost_main, swap_cost_table
 
 
 def capacity_rows(workloads, caps, saving):
@@ -53,34 +49,6 @@ def test_swap_section_reads_the_sweep_and_the_benchmark(tmp_path):
     text = rs.section_swap(tmp_path, tmp_path / "no_bench")
     assert "| 1 | 0.500 | 10 | 0.120 | 10 |" in text and "| 16 | 0.100 | 10 | 0.120 | 10 |" in text
     assert "Figure 19a on the sim" in text
-
-
-def test_swap_cost_is_latency_bound_for_small_blocks_and_recompute_is_flat():
-    t = swap_cost_table()
-    assert t["swap_one_way_ms"].is_monotonic_decreasing
-    assert t["recompute_ms"].nunique() == 1
-    assert t["recompute_over_swap"].iloc[0] < 1 < t["recompute_over_swap"].iloc[-1]
-
-
-def test_swap_cost_command_prints_its_table(capsys):
-    assert swap_cost_main(["--hardware", "a100-40gb", "--tokens", "64"]) == 0
-    assert "block_size" in capsys.readouterr().out
-
-
-def test_the_beam_models_decay_is_recovered_by_the_fit():
-    for decay in (0.3, 0.7, 1.0):
-        model = BeamModel(decay, seed=1)
-        ranks = np.array([r for i in range(3000) for r in model.parents(i, 4)])
-        assert abs(fit_decay(ranks, 4) - decay) <= 0.06
-        assert abs(distinct_parents(ranks, 4) - model_distinct_parents(4, decay)) < 0.1
-
-
-def test_the_beam_model_draws_the_same_parents_for_a_request_whatever_the_order():
-    a, b = BeamModel(0.5, seed=3), BeamModel(0.5, seed=3)
-    first = [a.parents(7, 4) for _ in range(5)]
-    b.parents(9, 4)                      # another request interleaved does not change request 7's draws
-    assert [b.parents(7, 4) for _ in range(5)] == first
-    assert all(p == sorted(p) and 0 <= min(p) and max(p) < 4 for p in first)
 
 
 def test_the_one_hour_check_sets_both_trace_lengths_side_by_side(tmp_path):

@@ -1,0 +1,34 @@
+"""Figure 19a's sim table and its command; the sim's beam model and the beam check's measures of it."""
+import numpy as np
+
+from engines.sim.beam_model import BeamModel, fit_decay
+from studies.beam_check import distinct_parents, model_distinct_parents
+from studies.swap_cost import main as swap_cost_main, swap_cost_table
+
+
+def test_swap_cost_is_latency_bound_for_small_blocks_and_recompute_is_flat():
+    t = swap_cost_table()
+    assert t["swap_one_way_ms"].is_monotonic_decreasing
+    assert t["recompute_ms"].nunique() == 1
+    assert t["recompute_over_swap"].iloc[0] < 1 < t["recompute_over_swap"].iloc[-1]
+
+
+def test_swap_cost_command_prints_its_table(capsys):
+    assert swap_cost_main(["--hardware", "a100-40gb", "--tokens", "64"]) == 0
+    assert "block_size" in capsys.readouterr().out
+
+
+def test_the_beam_models_decay_is_recovered_by_the_fit():
+    for decay in (0.3, 0.7, 1.0):
+        model = BeamModel(decay, seed=1)
+        ranks = np.array([r for i in range(3000) for r in model.parents(i, 4)])
+        assert abs(fit_decay(ranks, 4) - decay) <= 0.06
+        assert abs(distinct_parents(ranks, 4) - model_distinct_parents(4, decay)) < 0.1
+
+
+def test_the_beam_model_draws_the_same_parents_for_a_request_whatever_the_order():
+    a, b = BeamModel(0.5, seed=3), BeamModel(0.5, seed=3)
+    first = [a.parents(7, 4) for _ in range(5)]
+    b.parents(9, 4)                      # another request interleaved does not change request 7's draws
+    assert [b.parents(7, 4) for _ in range(5)] == first
+    assert all(p == sorted(p) and 0 <= min(p) and max(p) < 4 for p in first)
