@@ -5,9 +5,11 @@
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import logging
-import sys
 from pathlib import Path
+import sys
+import traceback
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -20,12 +22,14 @@ from engines.protocols import Backend
 from engines.sim.build import SimBackendConfig, build_sim
 from engines.specs.hardware import HardwareSpec
 from engines.specs.model import ModelSpec
+from results.record import provenance
 from results.record.console import format_summary
 from results.record.frames import iterations_frame, requests_frame
-from results.record.store import SUMMARY, is_complete, read_summary, save_run, write_json
-from results.record.summary import SLO, RunSetting, build_summary
+from results.record.identity import FolderRefused, RunIdentity, check_reuse, folder_lock, write_record
+from results.record.store import ERROR, SUMMARY, clear_run, save_run, save_tables, write_json
+from results.record.summary import MeasureConfig, RunSetting, build_summary
 from results.record.wandb_logger import log_to_wandb, sweep_group
-from results.report.callback import register_resolvers
+from results.report.callback import register_resolvers, sweep_failures
 from paths import CONF
 from workloads import WorkloadConfig, build_workload, format_stats, trace_stats
 
@@ -59,41 +63,77 @@ def plain(node) -> dict:
     return OmegaConf.to_container(node, resolve=True)
 
 
-def build_backend(cfg: DictConfig, model: ModelSpec, engine: EngineConfig, limits: SchedulerLimits) -> Backend:
-    """The backend's typed config, then its builder: a scheduler, an executor and what to record."""
-    if cfg.backend.name == "sim":
-        backend = SimBackendConfig.from_dict(plain(cfg.backend))   # checked before anything is built
-        hardware = HardwareSpec.from_dict(plain(cfg.hardware))
-        return build_sim(backend, model, hardware, engine, limits, cfg.gpu_memory_utilization)
-    from engines.real.build import RealBackendConfig, build_real   # torch loads only here
+@dataclass(slots=True)
+class RunConfig:
+    """The config as typed, checked parts: every check runs here, before a trace is built or a model loaded."""
 
-    return build_real(RealBackendConfig.from_dict(plain(cfg.backend)), model, engine, limits)
+    engine: EngineConfig
+    workload: WorkloadConfig
+    model: ModelSpec
+    limits: SchedulerLimits
+    measure: MeasureConfig
+    backend: object              # SimBackendConfig or RealBackendConfig
+    hardware: HardwareSpec | None   # the sim's device
+
+    @classmethod
+    def parse(cls, cfg: DictConfig) -> "RunConfig":
+        if cfg.backend.name not in BACKENDS:
+            raise ValueError(f"backend={cfg.backend.name!r} is not one of {list(BACKENDS)}")
+        engine = EngineConfig.from_dict(plain(cfg.engine))
+        workload = WorkloadConfig.from_dict(plain(cfg.workload))
+        model = ModelSpec.from_dict(plain(cfg.model))
+        limits_cfg = plain(cfg.limits)
+        if limits_cfg.get("max_seq_len") is None:
+            limits_cfg["max_seq_len"] = model.max_seq_len
+        limits = SchedulerLimits(**limits_cfg)
+        limits.check_model(model.max_seq_len, model.name)
+        measure = MeasureConfig.from_dict(plain(cfg.measure))
+        if cfg.stop_at_last_arrival and workload.arrival == "offline":
+            raise ValueError("stop_at_last_arrival=true stops at the last arrival, which an offline trace (every "
+                             "request at t = 0) reaches before any request finishes; use it with "
+                             "workload.arrival=poisson or gamma")
+        if cfg.backend.name == "sim":
+            return cls(engine, workload, model, limits, measure, SimBackendConfig.from_dict(plain(cfg.backend)),
+                       HardwareSpec.from_dict(plain(cfg.hardware)))
+        from engines.real.build import RealBackendConfig   # torch loads only for the real backend
+
+        backend = RealBackendConfig.from_dict(plain(cfg.backend))
+        if backend.temperature <= 0 and workload.n > 1:
+            raise ValueError(SAMPLING_NEEDS_TEMPERATURE)
+        return cls(engine, workload, model, limits, measure, backend, None)
+
+    def build_backend(self, gpu_memory_utilization: float) -> Backend:
+        """The backend's builder: a scheduler, an executor and what to record."""
+        if self.hardware is not None:
+            return build_sim(self.backend, self.model, self.hardware, self.engine, self.limits, gpu_memory_utilization)
+        from engines.real.build import build_real
+
+        return build_real(self.backend, self.model, self.engine, self.limits)
 
 
-def run(cfg: DictConfig, run_dir: Path) -> dict:
-    engine = EngineConfig.from_dict(plain(cfg.engine))
-    workload = WorkloadConfig.from_dict(plain(cfg.workload))
-    model = ModelSpec.from_dict(plain(cfg.model))
-    if cfg.backend.name not in BACKENDS:
-        raise ValueError(f"backend={cfg.backend.name!r} is not one of {list(BACKENDS)}")
-    limits_cfg = plain(cfg.limits)
-    if limits_cfg.get("max_seq_len") is None:
-        limits_cfg["max_seq_len"] = model.max_seq_len
-    limits = SchedulerLimits(**limits_cfg)
-    limits.check_model(model.max_seq_len, model.name)
+SAMPLING_NEEDS_TEMPERATURE = ("parallel sampling (workload.n > 1) on the real backend needs backend.temperature > 0: "
+                              "greedy samples of one prompt would all be the same")
 
-    measure = plain(cfg.measure)
-    slo = SLO(**measure.get("slo", {}))
+
+class RunFailed(Exception):
+    """The run ended but produced no result to summarise."""
+
+
+def run(cfg: DictConfig, run_dir: Path, metadata: dict | None = None) -> dict:
+    """Check the config, build the trace and the backend, serve, and write the run folder; the summary.
+    `metadata`: the run's provenance block (made here when the caller has none)."""
+    rc = RunConfig.parse(cfg)
+    if metadata is None:
+        metadata = provenance.run_metadata(plain(cfg))
+    engine, workload, model = rc.engine, rc.workload, rc.model
     requests = build_workload(workload)
     width = max((max(r.n, r.beam_width) for r in requests), default=1)
     engine.check_width(width)
-    if (cfg.backend.name == "real" and cfg.backend.get("temperature", 0) <= 0
-            and any(r.n > 1 for r in requests)):
-        raise ValueError("parallel sampling (workload.n > 1) on the real backend needs backend.temperature > 0: "
-                         "greedy samples of one prompt would all be the same")
+    if cfg.backend.name == "real" and rc.backend.temperature <= 0 and any(r.n > 1 for r in requests):
+        raise ValueError(SAMPLING_NEEDS_TEMPERATURE)
     stats = trace_stats(requests)
     log.info("%s", format_stats(stats, workload.label))
-    backend = build_backend(cfg, model, engine, limits)
+    backend = rc.build_backend(cfg.gpu_memory_utilization)
     log.info("%s", backend.describe())
     log.info("engine %s: %s", engine.label, backend.scheduler.kv.describe())
 
@@ -102,21 +142,44 @@ def run(cfg: DictConfig, run_dir: Path) -> dict:
     record = run_engine(requests, backend.scheduler, backend.executor, progress=cfg.progress,
                         stop_at_last_arrival=cfg.stop_at_last_arrival)
     iterations, reqs = iterations_frame(record), requests_frame(record)
-    setting = RunSetting(engine, workload, model.name, cfg.backend.name, backend.summary_fields(), width, stats,
-                         cfg.get("experiment_name"), bool(cfg.stop_at_last_arrival))
-    busy = float(iterations["duration_s"].sum())
-    summary = build_summary(setting, iterations, reqs, record.wall_s, measure.get("warmup_fraction", 0.1), slo,
-                            backend.after_run_fields(busy))
-    save_run(run_dir, iterations, reqs, summary)
-    log_to_wandb(plain(cfg.logger), plain(cfg), run_dir, iterations, reqs, summary, group=multirun_group())
     rejected = reqs[reqs["status"] == "rejected"]
     if len(rejected):
         log.warning("%d requests rejected, e.g. request %d: %s", len(rejected),
                     rejected["id"].iloc[0], rejected["rejected_reason"].iloc[0])
+    if not (reqs["status"] == "finished").any():
+        save_tables(run_dir, iterations, reqs, metadata)   # kept to see why; no summary: this is no result
+        why = (f"all {len(reqs)} requests were rejected, e.g. request {rejected['id'].iloc[0]}: "
+               f"{rejected['rejected_reason'].iloc[0]}" if len(rejected) == len(reqs) and len(reqs) else
+               f"the run stopped at t = {record.end_s:.3g} s (stop_at_last_arrival) before any request finished"
+               if cfg.stop_at_last_arrival else f"none of {len(reqs)} requests finished")
+        raise RunFailed(f"no request finished: {why}")
+    setting = RunSetting(engine, workload, model.name, cfg.backend.name, backend.summary_fields(), width, stats,
+                         cfg.get("experiment_name"), bool(cfg.stop_at_last_arrival))
+    busy = float(iterations["duration_s"].sum())
+    summary = build_summary(setting, iterations, reqs, record.wall_s, rc.measure.warmup_fraction, rc.measure.slo,
+                            backend.after_run_fields(busy))
+    summary["metadata"] = metadata
+    save_run(run_dir, iterations, reqs, summary)
+    log_to_wandb(plain(cfg.logger), {**plain(cfg), "metadata": without_config(metadata)}, run_dir, iterations, reqs,
+                 {k: v for k, v in summary.items() if k != "metadata"}, group=multirun_group())
     title = (f"{engine.label} | {workload.label} x{len(requests)} | {model.name} on {backend.where} | "
              f"{cfg.backend.name} | {record.wall_s:.1f}s wall")
     log.info("\n%s\nresults: %s", format_summary(summary, title), run_dir)
     return summary
+
+
+def without_config(metadata: dict) -> dict:
+    return {k: v for k, v in metadata.items() if k != "config"}
+
+
+def failed(message: str, run_dir: Path, status: int, detail: dict | None = None) -> None:
+    """One line on the log; error.json in the run folder unless the folder is not ours (`detail` None);
+    exit `status` for a single run. A multirun goes on with its other runs (it exits non-zero at its end)."""
+    log.error("error: %s", message)
+    if detail is not None:
+        write_json({"error": message, **detail}, run_dir / ERROR)
+    if HydraConfig.get().mode != RunMode.MULTIRUN:
+        sys.exit(status)
 
 
 @hydra.main(version_base=None, config_path="conf", config_name="config")
@@ -124,18 +187,29 @@ def main(cfg: DictConfig) -> dict | None:
     """The run's summary (also what a sweep's launcher hands back to the sweeper); None if it failed."""
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
-    if is_complete(run_dir) and not cfg.rerun:
-        log.info("skipping %s: it already holds a finished run (rerun=true runs it again)", run_dir / SUMMARY)
-        return read_summary(run_dir)
+    config = plain(cfg)
+    identity = RunIdentity(config, provenance.code()["code_version"], tuple(hydra_cfg.overrides.task))
     try:
-        return run(cfg, run_dir)
-    except ValueError as err:
-        # A bad value in the config or the data: one line, not a stack trace.
-        log.error("error: %s", err)
-        write_json({"error": str(err)}, run_dir / "error.json")
-        if hydra_cfg.mode != RunMode.MULTIRUN:
-            sys.exit(2)
-        return None
+        with folder_lock(run_dir):
+            done = check_reuse(run_dir, identity, bool(cfg.rerun))
+            if done is not None:
+                log.info("skipping %s: it already holds this run (same config and code; rerun=true runs it "
+                         "again)", run_dir / SUMMARY)
+                return done
+            clear_run(run_dir)
+            metadata = provenance.run_metadata(config)
+            write_record(run_dir, identity, metadata)
+            return run(cfg, run_dir, metadata)
+    except FolderRefused as err:
+        failed(str(err), run_dir, 2)
+    except ValueError as err:            # a bad value in the config or the data: one line, no stack trace
+        failed(str(err), run_dir, 2, {"kind": "config"})
+    except RunFailed as err:
+        failed(str(err), run_dir, 1, {"kind": "no result"})
+    except Exception as err:             # whatever else raised mid-run: its message, and where, in error.json
+        failed(f"{type(err).__name__}: {err}", run_dir, 1, {"kind": type(err).__name__,
+                                                           "traceback": traceback.format_exc()})
+    return None
 
 
 if __name__ == "__main__":
@@ -144,3 +218,7 @@ if __name__ == "__main__":
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     main()
+    failures = sweep_failures()
+    if failures:
+        print(f"error: {failures}", file=sys.stderr)
+        sys.exit(1)

@@ -15,7 +15,9 @@ from workloads.pairs import TokenizedPairs
 from workloads.request import Request
 from workloads.sharegpt import load_sharegpt
 from workloads.synthetic import synthetic_pairs
-from workloads.trace_file import read_trace, replay, row_sampling, trace_pairs
+from workloads.trace_file import read_trace
+from workloads.trace_replay import replay, row_sampling, trace_pairs
+from workloads.trace_size import expected_size, is_large, progress, rows_size, too_large
 from workloads.tokenizer import load_tokenizer
 from workloads.translation import prefix_len_for_shots, translation_pairs
 
@@ -40,14 +42,25 @@ def build_workload(cfg: WorkloadConfig) -> list[Request]:
     process. Ids are 0..n-1 in arrival order; each request keeps its pool
     index (`pair_index`), its pair's shared prefix if it has one, and the
     config's `n` and `beam_width` (a trace file's own, where it has them).
-    Outputs are cut to `max_output_len` before the filters.
+    Outputs are cut to `max_output_len` before the filters. A replayed trace
+    file (arrival=trace) keeps its rows' order and ids (workloads/trace_replay.py).
+
+    The config has checked the trace's expected size against
+    `max_trace_requests`; a large trace is announced with its size and built
+    behind a progress bar (on a terminal).
     """
     if cfg.name == "trace":
         rows = read_trace(cfg.path)
         n, beam_width = row_sampling(rows, cfg.n, cfg.beam_width, cfg.path)
         if cfg.arrival == "trace":
+            size = rows_size(len(rows), f"the rows of {cfg.path}")
+            if size.requests > cfg.max_trace_requests:
+                raise too_large(size, cfg.max_trace_requests, cfg.label, "replay a shorter file")
             pairs = trace_pairs(rows, np.random.default_rng([cfg.seed, PAIRS_STREAM]), cfg.seed)
-            return replay(rows, cap_outputs(pairs, cfg.max_output_len), cfg.path, n, beam_width)
+            return replay(rows, cap_outputs(pairs, cfg.max_output_len), cfg.path, n, beam_width, cfg.sort_arrivals)
+    size = expected_size(cfg)
+    if is_large(size.requests):
+        log.info("%s: building %s", cfg.label, size.describe())
     arrival_rng = np.random.default_rng([cfg.seed, ARRIVAL_STREAM])
     if cfg.duration_s is not None:
         times = arrival_times_within(cfg.duration_s, cfg.arrival, cfg.request_rate, cfg.burstiness, arrival_rng)
@@ -75,7 +88,7 @@ def build_workload(cfg: WorkloadConfig) -> list[Request]:
                  len(kept), -(-len(chosen) // len(kept)))
     prompts: dict[int, tuple[int, ...]] = {}   # a pair drawn again shares its prompt tuple
     out = []
-    for i, (t, j) in enumerate(zip(times, chosen.tolist())):
+    for i, (t, j) in enumerate(progress(zip(times, chosen.tolist()), len(times), cfg.label)):
         prompt = prompts.get(j)
         if prompt is None:
             prompt = prompts[j] = pairs.prompt(j)

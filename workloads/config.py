@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field, fields
 
 from workloads.length_dist import LengthDist
+from workloads.trace_size import DEFAULT_MAX_TRACE_REQUESTS, expected_size, too_large
 
 NAMES = ("sharegpt", "alpaca", "synthetic", "trace", "translation", "chat")
 GENERATED = ("synthetic", "translation")   # read no file
@@ -45,6 +46,15 @@ class WorkloadConfig:
     as the prompt. Prompts are cut to their last `max_prompt_len` tokens
     instead of being filtered out (the paper's rule), outputs to
     `max_output_len`; `min_len` and `max_total_len` still filter.
+
+    A replayed trace file (`arrival="trace"`) must list its rows in arrival
+    order; `sort_arrivals` sorts them instead (ties keep file order).
+
+    `max_trace_requests` caps the trace's expected length (`num_requests`,
+    or request_rate x duration_s, known before anything is built; a replayed
+    file's rows once read): a longer trace is refused with its size and a
+    rough memory estimate (workloads/trace_size.py). The default admits the
+    longest search in conf/ (1000 req/s for 3600 s: 3.6M requests, ~1.4 GB).
     """
 
     name: str
@@ -66,6 +76,8 @@ class WorkloadConfig:
     beam_width: int = 1
     num_shots: int = 0
     num_prefixes: int = 1
+    sort_arrivals: bool = False
+    max_trace_requests: int = DEFAULT_MAX_TRACE_REQUESTS
 
     def __post_init__(self) -> None:
         if self.name not in NAMES:
@@ -96,6 +108,7 @@ class WorkloadConfig:
                 setattr(self, name, LengthDist.from_dict(value))
             elif not isinstance(value, LengthDist):
                 raise ValueError(f"{name} must be a LengthDist or a dict, got {type(value).__name__}")
+        self._check_size()
 
     def _check_sampling(self) -> None:
         _check_int("n", self.n, minimum=1)
@@ -155,6 +168,20 @@ class WorkloadConfig:
             raise ValueError(
                 f"burstiness={self.burstiness} only applies to arrival='gamma', got arrival={self.arrival!r}"
             )
+        if not isinstance(self.sort_arrivals, bool):
+            raise ValueError(f"sort_arrivals must be true or false, got {self.sort_arrivals!r}")
+        if self.sort_arrivals and self.arrival != "trace":
+            raise ValueError("sort_arrivals=true sorts a replayed file's rows (arrival=trace); "
+                             f"arrival={self.arrival!r} makes its own arrival times")
+
+    def _check_size(self) -> None:
+        if isinstance(self.max_trace_requests, float) and self.max_trace_requests.is_integer():
+            self.max_trace_requests = int(self.max_trace_requests)   # 5e6 on a command line
+        _check_int("max_trace_requests", self.max_trace_requests, minimum=1)
+        size = expected_size(self)
+        if size is not None and size.requests > self.max_trace_requests:
+            fix = "lower num_requests" if self.duration_s is None else "lower duration_s or request_rate"
+            raise too_large(size, self.max_trace_requests, self.label, fix)
 
     @property
     def label(self) -> str:

@@ -5,22 +5,28 @@
 
 A trace file is JSON Lines (`.jsonl`, one object a line) or Parquet
 (`.parquet`), one row per request with the columns `prompt_len` and
-`output_len` (positive integers), optionally `arrival_s` (seconds, >= 0),
+`output_len` (positive integers), optionally `id` (an integer >= 0, a
+different one on every row), `arrival_s` (seconds, >= 0),
 `prompt_token_ids` (a list of ints), `n` and `beam_width` (positive
 integers, not both above 1 on a row; absent: the config's `n` and
 `beam_width`) and, together, `prefix_id` (an integer >= 0, or null for no
 shared prefix) and `prefix_len` (0 on rows without one; otherwise the same
 for every row of a prefix_id and shorter than the prompt). A written trace
-has the sampling columns when some request samples n > 1 or beams, and the
-prefix columns when some request has a shared prefix. `workload=trace`
-reads one:
+has its rows in arrival order, the sampling columns when some request
+samples n > 1 or beams, the prefix columns when some request has a shared
+prefix, and ids when they are not 0..n-1. `workload=trace` reads one
+(`read_trace` checks it; workloads/trace_replay.py makes its requests):
 
-- `arrival=trace` replays it: every row in arrival order at its own
-  `arrival_s`, which must be present; `num_requests` and `duration_s` are
-  not used;
+- `arrival=trace` replays it: every row at its own `arrival_s`, which must
+  be present, in the file's order, which must be arrival order (or set
+  `sort_arrivals`); a request keeps the row's `id`, or gets the row's place
+  in the file (0..n-1); `num_requests` and `duration_s` are not used;
 - any other arrival treats its rows as a pool of (prompt, output) pairs,
   exactly as a dataset's: filtered, drawn in seeded permutations, with new
-  arrival times.
+  arrival times and ids 0..n-1 in arrival order.
+
+An error names the file and the row: a JSON Lines file's line (from 1), a
+Parquet file's row (from 0, as pandas counts).
 
 Rows without token ids get seeded random ones (throughput depends on
 lengths, not on what the tokens say), so a file of lengths alone serves the
@@ -29,26 +35,27 @@ real backend too; the rows of one prefix_id then share that prefix's ids
 """
 from __future__ import annotations
 
-import logging
+import itertools
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from workloads.pairs import TokenizedPairs
 from workloads.request import Request
-from workloads.synthetic import VOCAB_SIZE, shared_prefix_ids
 
 SUFFIXES = (".jsonl", ".parquet")
-COLUMNS = ("prompt_len", "output_len", "arrival_s", "prompt_token_ids", "n", "beam_width", "prefix_id", "prefix_len")
-
-log = logging.getLogger("workloads")
+COLUMNS = ("id", "prompt_len", "output_len", "arrival_s", "prompt_token_ids", "n", "beam_width", "prefix_id",
+           "prefix_len")
 
 
 def trace_frame(requests: list[Request], with_tokens: bool = False) -> pd.DataFrame:
-    """One row per request, in id order."""
-    rows = {"prompt_len": [r.prompt_len for r in requests], "output_len": [r.output_len for r in requests],
+    """One row per request, in arrival order (ties by id), as the engines take them; with an `id` column
+    when the ids are not 0..n-1 in that order (a replayed file's own ids, say)."""
+    requests = sorted(requests, key=lambda r: (r.arrival_s, r.id))
+    rows = {"id": [r.id for r in requests]} if any(r.id != i for i, r in enumerate(requests)) else {}
+    rows |= {"prompt_len": [r.prompt_len for r in requests], "output_len": [r.output_len for r in requests],
             "arrival_s": [r.arrival_s for r in requests]}
     if with_tokens:
         rows["prompt_token_ids"] = [list(r.prompt_token_ids) for r in requests]
@@ -85,75 +92,195 @@ def _check_suffix(path: Path) -> None:
 
 
 def read_trace(path: str | Path) -> pd.DataFrame:
-    """The file's rows, checked: positive integer lengths, arrivals >= 0 where given."""
+    """The file's rows, checked: positive integer lengths, arrivals >= 0 where given, distinct ids where given.
+
+    Every error names the file and the line (JSON Lines, from 1; blank lines are skipped but counted) or
+    row (Parquet, from 0): "t.jsonl line 7: output_len must be a positive integer, got 0". A JSON Lines
+    file's line numbers stay in `df.attrs["lines"]`, for later errors (`Locator`).
+    """
     path = Path(path)
     _check_suffix(path)
     if not path.is_file():
         raise ValueError(f"{path}: no such trace file")
-    try:
-        df = pd.read_parquet(path) if path.suffix == ".parquet" else pd.read_json(path, lines=True)
-    except (ValueError, OSError) as err:
-        raise ValueError(f"{path}: not a readable trace file ({str(err).splitlines()[0]})") from None
+    df = _read_parquet(path) if path.suffix == ".parquet" else _read_jsonl(path)
+    if not len(df):
+        raise ValueError(f"{path}: the trace is empty")
+    at = Locator(path, df)
     unknown = sorted(set(df.columns) - set(COLUMNS))
     if unknown:
-        raise ValueError(f"{path}: unknown column(s) {unknown}; a trace file has {list(COLUMNS)}")
+        raise ValueError(f"{at(_first(df[unknown[0]].notna()))}: unknown column {unknown[0]!r}; a trace file has "
+                         f"{list(COLUMNS)}")
     for col in ("prompt_len", "output_len"):
         if col not in df:
-            raise ValueError(f"{path}: needs a {col!r} column")
-        _integers(df, col, path, minimum=1)
+            raise ValueError(f"{at(0)}: no {col}; a trace needs a {col!r} column, on every row")
+        _integers(df, col, at, minimum=1)
     for col in ("n", "beam_width"):
         if col in df:
-            _integers(df, col, path, minimum=1)
+            _integers(df, col, at, minimum=1)
     if "n" in df and "beam_width" in df:
         both = np.flatnonzero((df["n"] > 1) & (df["beam_width"] > 1))
         if len(both):
-            raise ValueError(f"{path}: row {both[0]}: a request is either parallel sampling (n > 1) or beam "
-                             "search (beam_width > 1), not both")
-    if not len(df):
-        raise ValueError(f"{path}: the trace is empty")
+            raise ValueError(f"{at(both[0])}: a request is either parallel sampling (n > 1) or beam search "
+                             "(beam_width > 1), not both")
     if "arrival_s" in df:
-        arrivals = pd.to_numeric(df["arrival_s"], errors="coerce")
-        if arrivals.isna().any() or (arrivals < 0).any() or not np.isfinite(arrivals).all():
-            raise ValueError(f"{path}: arrival_s must be a finite number >= 0 on every row")
-        df["arrival_s"] = arrivals.astype(np.float64)
+        arrivals = pd.to_numeric(df["arrival_s"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = np.flatnonzero(~(np.isfinite(arrivals) & (arrivals >= 0)))
+        if len(bad):
+            raise ValueError(f"{at(bad[0])}: arrival_s must be a finite number >= 0, got "
+                             f"{_show(df['arrival_s'].iloc[bad[0]])}")
+        df["arrival_s"] = arrivals
+    if "id" in df:
+        _check_ids(df, at)
     if "prompt_token_ids" in df:
-        bad = [i for i, (ids, n) in enumerate(zip(df["prompt_token_ids"], df["prompt_len"])) if len(ids) != n]
-        if bad:
-            raise ValueError(f"{path}: row {bad[0]}: prompt_token_ids has {len(df['prompt_token_ids'][bad[0]])} "
-                             f"ids but prompt_len is {df['prompt_len'][bad[0]]}")
+        _check_tokens(df, at)
     if ("prefix_id" in df) != ("prefix_len" in df):
-        raise ValueError(f"{path}: prefix_id and prefix_len go together: give both columns or neither")
+        given = "prefix_id" if "prefix_id" in df else "prefix_len"
+        raise ValueError(f"{at(_first(df[given].notna()))}: prefix_id and prefix_len go together: give both "
+                         "columns or neither")
     if "prefix_id" in df:
-        _check_prefixes(df, path)
+        _check_prefixes(df, at)
     return df
 
 
-def _integers(df: pd.DataFrame, col: str, path: Path, minimum: int) -> None:
+class Locator:
+    """Names rows of a trace file in an error: "t.jsonl line 7" (a JSON Lines file's line, from 1; read_trace
+    keeps them in `df.attrs["lines"]`), "t.parquet row 6" (a Parquet file's row, from 0)."""
+
+    def __init__(self, path: str | Path, df: pd.DataFrame) -> None:
+        lines = df.attrs.get("lines")
+        self.path = Path(path)
+        self.unit, self.numbers = ("line", lines) if lines is not None else ("row", range(len(df)))
+
+    def name(self, position: int) -> str:
+        """"line 7": the row at this position (0-based place in the frame)."""
+        return f"{self.unit} {self.numbers[position]}"
+
+    def __call__(self, *positions: int) -> str:
+        """The file and the rows at these positions: "t.jsonl line 7", "t.jsonl lines 3 and 9"."""
+        where = " and ".join(str(self.numbers[p]) for p in positions)
+        return f"{self.path} {self.unit}{'s' if len(positions) > 1 else ''} {where}"
+
+
+def _read_jsonl(path: Path) -> pd.DataFrame:
+    records, lines = [], []
+    try:
+        with path.open(encoding="utf-8") as f:
+            for number, text in enumerate(f, start=1):
+                if not text.strip():
+                    continue
+                try:
+                    record = json.loads(text)
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path} line {number}: not JSON ({err.msg}, column {err.colno})") from None
+                if not isinstance(record, dict):
+                    raise ValueError(f"{path} line {number}: not a JSON object ({{\"prompt_len\": ..., ...}})")
+                records.append(record)
+                lines.append(number)
+    except (UnicodeDecodeError, OSError) as err:
+        raise ValueError(f"{path}: not a readable trace file ({str(err).splitlines()[0]})") from None
+    df = pd.DataFrame.from_records(records)
+    df.attrs["lines"] = lines
+    return df
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        df = pd.read_parquet(path)
+    except (ValueError, OSError) as err:
+        raise ValueError(f"{path}: not a readable trace file ({str(err).splitlines()[0]})") from None
+    return df.reset_index(drop=True)
+
+
+def _first(mask: pd.Series | np.ndarray) -> int:
+    """The position of the first True (0 if none is)."""
+    hits = np.flatnonzero(np.asarray(mask))
+    return int(hits[0]) if len(hits) else 0
+
+
+def _show(value: object) -> str:
+    """A cell's value as the file would spell it ("no value" for null or a key the row lacks), 3 for 3.0."""
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "no value"
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        return str(int(value))
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def _integers(df: pd.DataFrame, col: str, at: Locator, minimum: int) -> None:
     """Checks that `col` holds integers >= minimum on every row and makes it int64."""
-    values = pd.to_numeric(df[col], errors="coerce")
-    if values.isna().any() or (values % 1 != 0).any() or (values < minimum).any():
+    values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = np.flatnonzero(np.isnan(values) | (values % 1 != 0) | (values < minimum) | (values >= 2**63))
+    if len(bad):
         kind = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
-        raise ValueError(f"{path}: {col} must be {kind} on every row")
-    df[col] = values.astype(np.int64)
+        raise ValueError(f"{at(bad[0])}: {col} must be {kind}, got {_show(df[col].iloc[bad[0]])}")
+    df[col] = pd.to_numeric(df[col]).astype(np.int64)
 
 
-def _check_prefixes(df: pd.DataFrame, path: Path) -> None:
+def _check_ids(df: pd.DataFrame, at: Locator) -> None:
+    """Checks that the `id` column holds distinct integers >= 0."""
+    _integers(df, "id", at, minimum=0)
+    again = df["id"].duplicated().to_numpy()
+    if again.any():
+        ids, second = df["id"].to_numpy(), _first(again)
+        raise ValueError(f"{at(_first(ids == ids[second]), second)}: both have id {ids[second]}; "
+                         "each request's id is its own")
+
+
+def _check_tokens(df: pd.DataFrame, at: Locator) -> None:
+    """Checks that each row's prompt_token_ids is a list of prompt_len integer ids in [0, 2^31)."""
+    tokens, lens = df["prompt_token_ids"].tolist(), df["prompt_len"].to_numpy()
+    for i, (ids, n) in enumerate(zip(tokens, lens.tolist())):
+        if not isinstance(ids, (list, tuple, np.ndarray)):
+            raise ValueError(f"{at(i)}: prompt_token_ids must be a list of token ids, got {_show(ids)}")
+        if len(ids) != n:
+            raise ValueError(f"{at(i)}: prompt_token_ids has {len(ids)} ids but prompt_len is {n}")
+    try:
+        flat = token_array(tokens, int(lens.sum()))
+    except (TypeError, ValueError):   # something that is no number: find it one by one
+        flat = np.array([_number(t) for t in itertools.chain.from_iterable(tokens)])
+    bad = np.flatnonzero(np.isnan(flat) | (flat % 1 != 0) | (flat < 0) | (flat >= 2**31))
+    if len(bad):
+        ends = np.cumsum(lens)
+        row = int(np.searchsorted(ends, bad[0], side="right"))
+        value = tokens[row][bad[0] - (ends[row] - lens[row])]
+        raise ValueError(f"{at(row)}: prompt_token_ids must be integers in [0, 2^31), got "
+                         f"{_show(value.item() if isinstance(value, np.generic) else value)}")
+
+
+def token_array(tokens: list, total: int) -> np.ndarray:
+    """Every row's token ids back to back, as float64 (exact for ids below 2^53)."""
+    return np.fromiter(itertools.chain.from_iterable(tokens), dtype=np.float64, count=total)
+
+
+def _number(value: object) -> float:
+    """A token id as a number, as `token_array` reads it; NaN for what is no number (a string, a list)."""
+    if not np.isscalar(value):
+        return np.nan
+    try:
+        return float(np.float64(value))
+    except (TypeError, ValueError):
+        return np.nan
+
+
+def _check_prefixes(df: pd.DataFrame, at: Locator) -> None:
     """Checks the prefix columns and makes prefix_id int64, -1 on rows without a prefix."""
     missing = df["prefix_id"].isna().to_numpy()
     ids = pd.to_numeric(df["prefix_id"], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    if np.any(np.isnan(ids) & ~missing) or np.any((ids[~missing] % 1 != 0) | (ids[~missing] < 0)):
-        raise ValueError(f"{path}: prefix_id must be an integer >= 0, or null for no shared prefix, on every row")
+    bad = np.flatnonzero((np.isnan(ids) & ~missing) | (~missing & ((ids % 1 != 0) | (ids < 0))))
+    if len(bad):
+        raise ValueError(f"{at(bad[0])}: prefix_id must be an integer >= 0, or null for no shared prefix, got "
+                         f"{_show(df['prefix_id'].iloc[bad[0]])}")
     df["prefix_id"] = np.where(missing, -1, np.nan_to_num(ids, nan=-1)).astype(np.int64)
-    _integers(df, "prefix_len", path, minimum=0)
+    _integers(df, "prefix_len", at, minimum=0)
     ids, lens = df["prefix_id"].to_numpy(), df["prefix_len"].to_numpy()
     bad = np.flatnonzero((ids >= 0) != (lens > 0))
     if len(bad):
         got = ids[bad[0]] if ids[bad[0]] >= 0 else "null"
-        raise ValueError(f"{path}: row {bad[0]}: a row with a prefix_id needs a prefix_len > 0, one without "
+        raise ValueError(f"{at(bad[0])}: a row with a prefix_id needs a prefix_len > 0, one without "
                          f"needs 0; got prefix_id={got} prefix_len={lens[bad[0]]}")
     bad = np.flatnonzero(lens >= df["prompt_len"].to_numpy())
     if len(bad):
-        raise ValueError(f"{path}: row {bad[0]}: prefix_len {lens[bad[0]]} must be shorter than the prompt "
+        raise ValueError(f"{at(bad[0])}: prefix_len {lens[bad[0]]} must be shorter than the prompt "
                          f"({df['prompt_len'].iloc[bad[0]]} tokens)")
     tokens = df["prompt_token_ids"].tolist() if "prompt_token_ids" in df else None
     first: dict[int, int] = {}   # prefix_id -> its first row
@@ -162,61 +289,6 @@ def _check_prefixes(df: pd.DataFrame, path: Path) -> None:
             continue
         j = first.setdefault(k, row)
         if n != lens[j]:
-            raise ValueError(f"{path}: rows {j} and {row} share prefix_id {k} but not its prefix_len "
-                             f"({lens[j]} and {n})")
+            raise ValueError(f"{at(j, row)}: share prefix_id {k} but not its prefix_len ({lens[j]} and {n})")
         if tokens is not None and list(tokens[row][:n]) != list(tokens[j][:n]):
-            raise ValueError(f"{path}: rows {j} and {row} share prefix_id {k} but not its {n} prefix tokens")
-
-
-def row_sampling(df: pd.DataFrame, n: int, beam_width: int, path: str) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's n and beam width: the file's columns, or the config's values where it has none."""
-    sampling = []
-    for col, value in (("n", n), ("beam_width", beam_width)):
-        if col in df and value != 1:
-            raise ValueError(f"{path}: the file sets {col} on every row; leave workload.{col} at 1 "
-                             "or drop the column")
-        sampling.append(df[col].to_numpy(dtype=np.int64) if col in df else np.full(len(df), value, dtype=np.int64))
-    both = np.flatnonzero((sampling[0] > 1) & (sampling[1] > 1))
-    if len(both):
-        raise ValueError(f"{path}: row {both[0]}: n={sampling[0][both[0]]} from the config or file and "
-                         f"beam_width={sampling[1][both[0]]}: a request is either parallel sampling or beam "
-                         "search, not both")
-    return sampling[0], sampling[1]
-
-
-def trace_pairs(df: pd.DataFrame, rng: np.random.Generator, seed: int) -> TokenizedPairs:
-    """The rows as (prompt ids, output length) pairs, with their shared prefixes; random ids from `rng`
-    where the file has none, and then each prefix's ids from (`seed`, prefix_id)."""
-    lens = df["prompt_len"].to_numpy()
-    offsets = np.zeros(len(df) + 1, dtype=np.int64)
-    np.cumsum(lens, out=offsets[1:])
-    if "prompt_token_ids" in df:
-        ids = np.fromiter((t for row in df["prompt_token_ids"] for t in row), dtype=np.int32, count=int(offsets[-1]))
-    else:
-        ids = rng.integers(0, VOCAB_SIZE, size=int(offsets[-1]), dtype=np.int32)
-    if "prefix_id" not in df:
-        return TokenizedPairs(ids, offsets, df["output_len"].to_numpy(dtype=np.int32))
-    prefix_ids, prefix_lens = df["prefix_id"].to_numpy(dtype=np.int64), df["prefix_len"].to_numpy(dtype=np.int64)
-    if "prompt_token_ids" not in df:
-        for k in np.unique(prefix_ids[prefix_ids >= 0]).tolist():
-            rows = np.flatnonzero(prefix_ids == k)
-            length = int(prefix_lens[rows[0]])
-            ids[offsets[rows][:, None] + np.arange(length)] = shared_prefix_ids(seed, k, length)
-    return TokenizedPairs(ids, offsets, df["output_len"].to_numpy(dtype=np.int32), prefix_ids, prefix_lens)
-
-
-def replay(df: pd.DataFrame, pairs: TokenizedPairs, path: str, n: np.ndarray, beam_width: np.ndarray) -> list[Request]:
-    """Every row at its own arrival time, ids 0..n-1 in arrival order (ties keep file order), with
-    each row's `n` and `beam_width`."""
-    if "arrival_s" not in df:
-        raise ValueError(f"{path}: arrival=trace replays the file's arrival_s column, which it lacks; "
-                         "use arrival=offline, poisson or gamma to draw its pairs with new arrivals")
-    order = np.argsort(df["arrival_s"].to_numpy(), kind="stable").tolist()
-    arrivals = df["arrival_s"].to_numpy()
-    out = []
-    for i, j in enumerate(order):
-        prefix_id, prefix_len = pairs.prefix(j)
-        out.append(Request(id=i, arrival_s=float(arrivals[j]), prompt_token_ids=pairs.prompt(j),
-                           output_len=int(pairs.output_lens[j]), n=int(n[j]), beam_width=int(beam_width[j]),
-                           prefix_id=prefix_id, prefix_len=prefix_len, pair_index=j))
-    return out
+            raise ValueError(f"{at(j, row)}: share prefix_id {k} but not its {n} prefix tokens")

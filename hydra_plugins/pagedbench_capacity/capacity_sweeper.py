@@ -28,7 +28,9 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
+from results.record.store import ERROR, REFUSED
 from results.sweeps.capacity import Criterion, RateSearch, write_tables
+from results.sweeps.collect import read_error
 
 log = logging.getLogger("pagedbench")
 
@@ -45,6 +47,20 @@ def expand_grid(overrides) -> list[list[str]]:
         else:
             choices.append([f"{key}={override.get_value_element_as_str()}"])
     return [list(combo) for combo in itertools.product(*choices)]
+
+
+def run_error(result) -> str:
+    """Why a run returned no summary: its error.json (or refused.json), else what the launcher saw."""
+    try:
+        run_dir = Path(result.hydra_cfg.hydra.runtime.output_dir)
+    except AttributeError:
+        run_dir = None
+    for name in (ERROR, REFUSED):
+        if run_dir is not None and (run_dir / name).is_file():
+            return read_error(run_dir, name)
+    if result.status == JobStatus.FAILED:
+        return repr(result._return_value)
+    return f"no summary and no {ERROR} in {run_dir}"
 
 
 class CapacitySweeper(Sweeper):
@@ -103,8 +119,7 @@ class CapacitySweeper(Sweeper):
             for (c, rate), result in zip(wanted, results):
                 value = result._return_value if result.status == JobStatus.COMPLETED else None
                 if not isinstance(value, dict):
-                    why = repr(result._return_value) if result.status == JobStatus.FAILED else "no summary"
-                    errors.setdefault(c, f"run at {self.rate_key}={rate} failed: {why}")
+                    errors.setdefault(c, f"run at {self.rate_key}={rate} failed: {run_error(result)}")
                     log.warning("capacity: curve %s: %s", " ".join(curves[c]), errors[c])
                 summaries[(c, rate)] = value if isinstance(value, dict) else None
             self._write(curves, searches, summaries, errors, sweep_dir)

@@ -2,7 +2,9 @@
 
 A file appears under its final name only once it is complete (written to a
 temporary name in the same folder, then renamed). `summary.json` is written
-last, so a folder with a summary holds a finished run.
+last, so a folder with a summary holds a finished run; a failed run leaves
+`error.json` instead. Each table carries the run's metadata block (its
+provenance) as parquet file metadata under the key `pagedbench`.
 """
 from __future__ import annotations
 
@@ -15,6 +17,10 @@ import tempfile
 import pandas as pd
 
 SUMMARY = "summary.json"
+ERROR = "error.json"
+REFUSED = "refused.json"      # why a run was refused this folder (another run is there, or being written)
+TABLES = ("iterations.parquet", "requests.parquet")
+METADATA_KEY = b"pagedbench"
 
 
 def atomic_write(path: Path, write) -> None:
@@ -30,8 +36,26 @@ def atomic_write(path: Path, write) -> None:
         raise
 
 
-def write_parquet(df: pd.DataFrame, path: Path) -> None:
-    atomic_write(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+def write_parquet(df: pd.DataFrame, path: Path, metadata: dict | None = None) -> None:
+    """`df` as parquet; `metadata`, if given, as JSON in the file's schema metadata (`read_parquet_metadata`)."""
+    if metadata is None:
+        atomic_write(Path(path), lambda tmp: df.to_parquet(tmp, index=False))
+        return
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                           METADATA_KEY: json.dumps(_clean(metadata)).encode()})
+    atomic_write(Path(path), lambda tmp: pq.write_table(table, tmp))
+
+
+def read_parquet_metadata(path: Path) -> dict | None:
+    """The metadata block a run's table carries, or None."""
+    import pyarrow.parquet as pq
+
+    raw = (pq.read_schema(path).metadata or {}).get(METADATA_KEY)
+    return json.loads(raw) if raw else None
 
 
 def _clean(value):
@@ -51,11 +75,21 @@ def write_json(obj: dict, path: Path) -> None:
     atomic_write(Path(path), write)
 
 
+def save_tables(run_dir: Path, iterations: pd.DataFrame, requests: pd.DataFrame, metadata: dict | None = None) -> None:
+    for name, df in zip(TABLES, (iterations, requests)):
+        write_parquet(df, Path(run_dir) / name, metadata)
+
+
 def save_run(run_dir: Path, iterations: pd.DataFrame, requests: pd.DataFrame, summary: dict) -> None:
-    run_dir = Path(run_dir)
-    write_parquet(iterations, run_dir / "iterations.parquet")
-    write_parquet(requests, run_dir / "requests.parquet")
-    write_json(summary, run_dir / SUMMARY)
+    """Both tables (with the summary's metadata block), then the summary: the folder then holds a finished run."""
+    save_tables(run_dir, iterations, requests, summary.get("metadata"))
+    write_json(summary, Path(run_dir) / SUMMARY)
+
+
+def clear_run(run_dir: Path) -> None:
+    """Remove what an earlier run left in `run_dir` (summary, error, tables), before a new run starts there."""
+    for name in (SUMMARY, ERROR, REFUSED, *TABLES):
+        (Path(run_dir) / name).unlink(missing_ok=True)
 
 
 def read_summary(run_dir: Path) -> dict:

@@ -43,6 +43,31 @@ class SLO:
                 raise ValueError(f"slo.{key} must be a positive number of seconds, got {value!r}")
 
 
+@dataclass(slots=True, frozen=True)
+class MeasureConfig:
+    """How a run is summarised (`measure:` in the config): the warm-up's share of the arrival span, the SLO."""
+
+    warmup_fraction: float = WARMUP_FRACTION
+    slo: SLO = SLO()
+
+    def __post_init__(self) -> None:
+        w = self.warmup_fraction
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < 1:
+            raise ValueError(f"measure.warmup_fraction must be in [0, 1), got {w!r}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "MeasureConfig":
+        d = dict(d)
+        unknown = sorted(set(d) - {"warmup_fraction", "slo"})
+        if unknown:
+            raise ValueError(f"unknown measure key(s) {unknown}; valid keys: ['warmup_fraction', 'slo']")
+        slo = d.pop("slo", None) or {}
+        unknown = sorted(set(slo) - {"ttft_s", "tpot_s"})
+        if unknown:
+            raise ValueError(f"unknown measure.slo key(s) {unknown}; valid keys: ['ttft_s', 'tpot_s']")
+        return cls(slo=SLO(**slo), **d)
+
+
 def distribution(values: pd.Series, prefix: str) -> dict[str, float]:
     """mean, p50, p90, p99 of `values` as {prefix_mean: ..., prefix_p50: ...}; NaN when empty."""
     v = values.dropna().to_numpy(dtype="float64")

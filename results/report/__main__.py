@@ -1,4 +1,5 @@
-"""`python -m results.report`: regenerate docs/REPORT.md and docs/figures/ (see `results.report.write`)."""
+"""`python -m results.report`: write the report of every part that has runs, by default to outputs/report/REPORT.md
+with its figures/ beside it (see `results.report.write`)."""
 import sys
 
 from results.report.write import main

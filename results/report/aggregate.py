@@ -11,6 +11,7 @@ longer support, so the outputs always match the run folders.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 from pathlib import Path
 import sys
@@ -19,7 +20,9 @@ import pandas as pd
 
 from results.record.store import atomic_write, write_parquet
 from results.sweeps.sustainable import DEFAULT_THRESHOLD, format_ratios, format_rates, ratios, sustainable_rates
-from results.sweeps.collect import check_sweep_dir, collect, collect_failures
+from results.sweeps.collect import check_sweep_dir, collect, collect_failures, mixed_code_note
+
+log = logging.getLogger("pagedbench")
 
 AGGREGATE_PARQUET = "aggregate.parquet"
 AGGREGATE_CSV = "aggregate.csv"
@@ -62,6 +65,9 @@ def write_aggregate(sweep_dir: str | Path, threshold: float | None = None) -> Pa
     """Write the tables and figures of `sweep_dir` from its run folders; returns aggregate.parquet's path."""
     sweep_dir = Path(sweep_dir)
     df = collect(sweep_dir)
+    note = mixed_code_note(df)
+    if note:
+        log.warning("%s: %s", sweep_dir, note)
     write_tables(df, collect_failures(sweep_dir), sweep_dir)
     write_figures(df, sweep_dir, threshold)
     return sweep_dir / AGGREGATE_PARQUET
@@ -109,6 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     for sweep_dir in args.sweep_dirs:
         df, failures = collect(sweep_dir), collect_failures(sweep_dir)
         print(f"{sweep_dir}: {len(df)} finished runs, {len(failures)} failed")
+        note = mixed_code_note(df)
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
         print(format_table(df))
         for row in failures.itertuples():
             error = row.error if len(row.error) <= 120 else row.error[:117] + "..."

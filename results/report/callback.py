@@ -21,10 +21,21 @@ def register_resolvers() -> None:
         OmegaConf.register_new_resolver("sweep_dir", sweep_dir)
 
 
+_failures: list[str] = []   # set when a multirun ends: one line if some of its runs failed (this process only)
+
+
+def sweep_failures() -> str | None:
+    """The line saying which runs of the multirun that just ended failed, or None (run.py exits 1 on it)."""
+    return _failures[-1] if _failures else None
+
+
 class AggregateSweep(Callback):
-    """Write the sweep's aggregate table and figures once every run of the sweep has ended."""
+    """Write the sweep's aggregate table and figures once every run of the sweep has ended, and say which
+    runs failed (their errors are in failures.csv and each run's error.json)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
+        from results.sweeps.collect import collect_failures
+
         folder = Path(config.hydra.sweep.dir)
         try:
             from results.report.aggregate import write_aggregate
@@ -32,3 +43,9 @@ class AggregateSweep(Callback):
             log.info("sweep aggregate: %s", write_aggregate(folder))
         except Exception as err:   # the runs' own results are already safe on disk
             log.warning("could not aggregate %s (%s); run `python -m results.report.aggregate %s`", folder, err, folder)
+        failures = collect_failures(folder)
+        if len(failures):
+            first = failures.iloc[0]
+            _failures.append(f"{len(failures)} run(s) of the sweep in {folder} failed (listed in "
+                             f"{folder / 'failures.csv'}); first: {first['run_dir']}: {first['error']}")
+            log.error("%s", _failures[-1])

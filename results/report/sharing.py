@@ -2,7 +2,9 @@
 
 Each section reads the capacity table (`capacity.csv`) or the aggregate of its
 experiment under outputs/experiments/NAME, and sets the paper's numbers
-beside ours. `results.report` puts them in results/REPORT.md.
+beside ours; a part without runs is left out and named (`section.NotRun`).
+A capacity that is only a bound says so in words ("6, lower bound"), as does
+a ratio with one in it. `results.report.write` puts them in the report.
 """
 from __future__ import annotations
 
@@ -14,8 +16,10 @@ import pandas as pd
 
 from engines.sim.swap_cost import swap_costs
 from engines.specs.presets import load_hardware, load_model
-from results.sweeps.capacity import CAPACITY_CSV
 from results.report.paper import paper
+from results.report.section import NotRun, Section, experiment_not_run, shown
+from results.sweeps.capacity import BOUND_WORDS, CAPACITY_CSV, bound_warning, combined_bound
+from results.sweeps.sustainable import ratio_bound
 
 BASELINES = ("orca-max", "orca-pow2", "orca-oracle")
 # Figures 14-15 (OPT-13B, Alpaca): memory saving by sharing, %.
@@ -51,8 +55,17 @@ def setting(workload: str) -> str:
     return match.group(1) if match else "n1"
 
 
-def not_run(name: str) -> str:
-    return f"*Not run: `python run.py -m experiment={name}` has no results under outputs/experiments/{name}.*\n"
+def bound_note(bound: str) -> str:
+    """What follows a figure that is only a bound: ", lower bound" or ", upper bound"; "" when it is exact."""
+    return "" if bound == "=" else f", {BOUND_WORDS[bound]}"
+
+
+def capacity_warnings(cap: pd.DataFrame, folder: Path | None = None) -> list[str]:
+    """The one warning line of a capacity table (in `folder`) some of whose capacities are only bounds; [] if none."""
+    warning = bound_warning(cap)
+    if warning is None:
+        return []
+    return [f"{shown(folder / CAPACITY_CSV)}: {warning}" if folder is not None else warning]
 
 
 def _ratio(per_seed: pd.Series) -> str:
@@ -66,19 +79,23 @@ def _ratio(per_seed: pd.Series) -> str:
 
 def capacity_rows(cap: pd.DataFrame, criterion: str, paper_saving: dict | None = None) -> list[list[str]]:
     """One row per workload setting: each engine's capacity (mean over seeds), paged over each baseline (mean
-    and min-max of the per-seed ratios), the memory saving in the paged run at its capacity (mean)."""
+    and min-max of the per-seed ratios), the memory saving in the paged run at its capacity (mean). A figure
+    that is only a bound (some seed's search did not bracket it) says which bound it is."""
     rows = []
     sub = cap[cap["criterion"].str.startswith(criterion)]
     for workload, group in sub.groupby("workload", sort=False):
         seeds = group.pivot_table(index="seed", columns="engine", values="capacity", aggfunc="mean")
-        exact = bool((group["bound"] == "=").all())
+        bounds = group.groupby(["seed", "engine"])["bound"].agg(combined_bound).unstack().fillna("=")
         caps = seeds.mean()
-        ratios = [_ratio(seeds["paged"] / seeds[b]) if "paged" in seeds and b in seeds else "n/a"
-                  for b in BASELINES]
+        cells = [_num(caps.get(e)) + (bound_note(combined_bound(bounds[e])) if e in bounds else "")
+                 for e in (*BASELINES, "paged")]
+        ratios = [_ratio(seeds["paged"] / seeds[b]) + bound_note(combined_bound(map(ratio_bound, bounds["paged"],
+                                                                                     bounds[b])))
+                  if "paged" in seeds and b in seeds else "n/a" for b in BASELINES]
         paged = group[group["engine"] == "paged"]
         saving = paged["memory_saving_at_capacity"].mean() if len(paged) else None
         key = setting(workload)
-        row = [key + ("" if exact else " *")] + [_num(caps.get(e)) for e in (*BASELINES, "paged")] + ratios
+        row = [key] + cells + ratios
         row.append(_pct(saving))
         if paper_saving is not None:
             row.append(_num(paper_saving.get(key)) if key in paper_saving else "-")
@@ -86,7 +103,7 @@ def capacity_rows(cap: pd.DataFrame, criterion: str, paper_saving: dict | None =
     return rows
 
 
-def section_sampling(experiments: Path) -> str:
+def section_sampling(experiments: Path) -> Section:
     head = ("## Parallel sampling and beam search (Figures 14-15)\n\n"
             "Each request runs n samples or a beam of w sequences, admitted, scheduled, preempted and finished "
             "together. The paged engine stores their prompt once (reference-counted blocks; a row writing into a "
@@ -99,41 +116,56 @@ def section_sampling(experiments: Path) -> str:
             "seeds 0-2 (capacities: mean; ratios: mean (min-max) of the per-seed ratios). Memory saving: KV "
             "slots the paged engine saved by sharing / slots its sequences would hold without sharing, "
             "time-averaged over the steady window of the run at its capacity (mean over seeds).\n\n")
-    parts = [head]
+    parts, section = [head], Section()
     header = ["setting", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
               "paper saving %"]
     for name, label in (("sampling", "Parallel sampling"), ("beam", "Beam search")):
         cap = load_capacity(experiments, name)
         command = f"`python run.py -m experiment={name}` (`python -m results.sweeps.capacity outputs/experiments/{name}`)"
         if cap is None:
-            parts.append(f"**{label}**: " + not_run(name))
+            section.not_run.append(experiment_not_run(f"{label} (Figures 14-15)", name, experiments))
             continue
+        section.has_runs = True
+        section.warnings += capacity_warnings(cap, experiments / name)
         parts.append(f"**{label}**, {command}, capacity in req/s:\n\n"
                      + _table(header, capacity_rows(cap, "latency", paper().saving_alpaca)) + "\n")
         good = capacity_rows(cap, "goodput")
         parts.append("Under the goodput criterion (90% of requests within TTFT <= 1 s and TPOT <= 0.1 s), "
                      "paged / oracle: " + ", ".join(f"{r[0]} {r[7]}" for r in good) + ".\n")
     parts.append(trace_length_check(experiments))
+    long = load_capacity(experiments, "sampling_1h")
+    if long is None and section.has_runs:
+        section.not_run.append(NotRun("Parallel sampling on one-hour traces (Figures 14-15)", LONG_TRACE_COMMAND,
+                                      experiments / "sampling_1h"))
+    elif long is not None:
+        section.warnings += capacity_warnings(long, experiments / "sampling_1h")
     parts.append("The paper: parallel sampling saves 6.1-9.8% of KV memory on Alpaca and 16.2-30.5% on "
                  "ShareGPT; beam search 37.6-55.2% and 44.3-66.3%; the throughput gain over Orca (Oracle) grows "
                  "from 1.3x (basic sampling) to 2.3x (beam width 6).\n")
     saving = load_capacity(experiments, "saving")
     if saving is None:
-        parts.append("**ShareGPT memory saving**: " + not_run("saving"))
+        section.not_run.append(experiment_not_run("ShareGPT memory saving (Figures 14-15)", "saving", experiments))
     else:
+        section.has_runs = True
+        section.warnings += capacity_warnings(saving, experiments / "saving")
         rows = []
         for workload, g in saving[saving["criterion"].str.startswith("latency")].groupby("workload", sort=False):
             key = setting(workload)
             paper_range = paper().saving_sharegpt["beam" if key.startswith("beam") else "n"]
-            rows.append([key, _num(g["capacity"].mean()), _pct(g["memory_saving_at_capacity"].mean()),
+            rows.append([key, _num(g["capacity"].mean()) + bound_note(combined_bound(g["bound"])),
+                         _pct(g["memory_saving_at_capacity"].mean()),
                          _num(g["batch_size_at_capacity"].mean()), paper_range])
         parts.append("**ShareGPT memory saving**, `python run.py -m experiment=saving` (the paged engine's "
                      "capacity search; the saving in the run at its capacity):\n\n"
                      + _table(["setting", "paged capacity (req/s)", "saving %", "mean batch (requests)",
                                "paper saving % (range over n or width)"], rows) + "\n")
-    check = experiments.parent / "beam_check" / "beam_check.csv"
-    parts.append(section_beam_check(check))
-    return "\n".join(parts)
+    check = section_beam_check(experiments.parent / "beam_check" / "beam_check.csv")
+    parts.append(check.text)
+    section.has_runs |= check.has_runs
+    section.not_run += check.not_run
+    if section.has_runs:
+        section.text = "\n".join(p for p in parts if p)
+    return section
 
 
 LONG_TRACE_COMMAND = ("python run.py -m hydra/sweeper=capacity hydra/launcher=local backend=sim "
@@ -148,42 +180,44 @@ def trace_length_check(experiments: Path) -> str:
     if long is None or short is None:
         return ""
 
-    def ratio(table: pd.DataFrame, workload: str) -> float:
+    def ratio(table: pd.DataFrame, workload: str) -> str:
         t = table[(table["workload"] == workload) & (table["seed"] == 0) & table["criterion"].str.startswith("latency")]
-        caps = t.set_index("engine")["capacity"]
-        return caps.get("paged", float("nan")) / caps.get("orca-oracle", float("nan"))
+        caps, bounds = t.set_index("engine")["capacity"], t.set_index("engine")["bound"]
+        value = caps.get("paged", float("nan")) / caps.get("orca-oracle", float("nan"))
+        return _num(value, ".2f") + "x" + bound_note(ratio_bound(bounds.get("paged", "="), bounds.get("orca-oracle", "=")))
 
-    rows = [[setting(w), _num(ratio(short, w), ".2f") + "x", _num(ratio(long, w), ".2f") + "x"]
+    rows = [[setting(w), ratio(short, w), ratio(long, w)]
             for w in long["workload"].drop_duplicates()]
     return ("Do the 10-minute traces change the answer? The same search on one-hour traces (the paper's), seed 0, "
             f"paged / orca-oracle at 0.2 s/token (`{LONG_TRACE_COMMAND}`):\n\n"
             + _table(["setting", "10-minute traces", "one-hour traces"], rows) + "\n")
 
 
-def section_beam_check(path: Path) -> str:
+def section_beam_check(path: Path) -> Section:
     head = ("**The sim's beam model against the real beam search**, `python -m studies.beam_check` (32 Alpaca "
             "requests at t = 0, the tiny model with random weights on this CPU, the paged engine, 16 MiB of KV; "
             "then the sim on the same requests and KV slots). The sim draws each new beam's parent rank r with "
             "probability proportional to decay^r (`engines/sim/beam_model.py`); the decay is fitted to the real "
             "search's ranks, and the experiments above use the default 1.0 (uniform).\n\n")
     if not path.is_file():
-        return head + "*Not run: no beam_check.csv under " + str(path.parent) + ".*\n"
+        return Section(not_run=[NotRun("The sim's beam model against the real beam search (Figures 14-15)",
+                                       f"python -m studies.beam_check --out {shown(path.parent)}", path.parent)])
     t = pd.read_csv(path)
     rows = [[str(int(r.beam_width)), _num(r.fitted_decay, ".2f"), _num(r.real_distinct_parents, ".2f"),
              _num(r.model_distinct_parents, ".2f"), _pct(r.real_saving), _pct(r.sim_saving_fitted),
              _pct(r.sim_saving_decay_1)] for r in t.itertuples()]
     gap_fit = 100 * (t["sim_saving_fitted"] - t["real_saving"]).abs().max()
     gap_one = 100 * (t["sim_saving_decay_1"] - t["real_saving"]).abs().max()
-    return (head + _table(["width", "fitted decay", "distinct parents / step (real)", "(model)",
+    return Section(head + _table(["width", "fitted decay", "distinct parents / step (real)", "(model)",
                            "saving % real", "sim, fitted decay", "sim, decay 1"], rows)
             + f"\n\nOn the same requests the sim's saving is within {gap_fit:.1f} points of the real search's with "
               f"the fitted decay and within {gap_one:.1f} with the default, at every width: the model reproduces "
               "how beam survival turns into shared blocks. What it cannot know is how a trained model's beams "
               "branch: the paper's beam savings (trained OPT-13B) are lower than both this random-weight model's "
-              "and the sim's, so its beams' histories merge more slowly.\n")
+              "and the sim's, so its beams' histories merge more slowly.\n", has_runs=True)
 
 
-def section_prefix(experiments: Path) -> str:
+def section_prefix(experiments: Path) -> Section:
     head = ("## Shared prefix (Figure 16)\n\n`python run.py -m experiment=prefix`: translation requests behind one "
             "shared few-shot prefix (1-shot: 80 tokens, 5-shot: 341), LLaMA-13B on one A100-40GB, sim backend, "
             "10-minute Poisson traces, seeds 0-2. The paged engine computes the prefix once and maps every later "
@@ -195,33 +229,36 @@ def section_prefix(experiments: Path) -> str:
             "data**, which cannot be fetched here.\n\n")
     cap = load_capacity(experiments, "prefix")
     if cap is None:
-        return head + not_run("prefix")
+        return Section(not_run=[experiment_not_run("Shared prefix (Figure 16)", "prefix", experiments)])
     header = ["prefix", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
               "paper paged/oracle"]
     paper_ratio = {f"{k}shot": f"{v}x" for k, v in paper().prefix_ratio.items()}
     rows = capacity_rows(cap, "latency")
     for r in rows:
         r.append(paper_ratio.get(r[0], "-"))
-    return head + "Capacity (req/s) at mean normalized latency <= 0.2 s/token:\n\n" + _table(header, rows) + "\n"
+    return Section(head + "Capacity (req/s) at mean normalized latency <= 0.2 s/token:\n\n" + _table(header, rows)
+                   + "\n", has_runs=True, warnings=capacity_warnings(cap, experiments / "prefix"))
 
 
-def section_chat(experiments: Path) -> str:
+def section_chat(experiments: Path) -> Section:
     head = ("## Chatbot (Figure 17)\n\n`python run.py -m experiment=chat`: each request is a ShareGPT conversation "
             "so far, cut to its last 1,024 tokens, and the next reply, at most 1,024 tokens (`workloads/chat.py`); "
             "OPT-13B on one A100-40GB, sim backend, one-hour Poisson traces, seeds 0-2. The paper: vLLM sustains 2x "
             "the request rate of every Orca variant.\n\n")
     cap = load_capacity(experiments, "chat")
     if cap is None:
-        return head + not_run("chat")
+        return Section(not_run=[experiment_not_run("Chatbot (Figure 17)", "chat", experiments)])
     header = ["criterion", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle"]
     rows = []
     for crit in ("latency", "goodput"):
         for r in capacity_rows(cap, crit):
             rows.append([crit] + r[1:8])
-    return head + "Capacity (req/s):\n\n" + _table(header, rows) + "\n"
+    return Section(head + "Capacity (req/s):\n\n" + _table(header, rows) + "\n", has_runs=True,
+                   warnings=capacity_warnings(cap, experiments / "chat"))
 
 
-def section_swap(experiments: Path, swap_bench: Path) -> str:
+def section_swap(experiments: Path, swap_bench: Path) -> Section:
+    """Figure 19a on the sim (from the presets: no runs needed) and on this CPU, Figure 19b on the sim."""
     head = ("## Swapping and recomputation (Figure 19)\n\n"
             "A preempted request's blocks move to a host pool and back (`engine.preemption=swap`), or are freed "
             "and recomputed by a prefill (`recompute`). The sim charges a swap one transfer per block, layer, K "
@@ -232,8 +269,13 @@ def section_swap(experiments: Path, swap_bench: Path) -> str:
              _num(r["recompute_over_swap"], ".2f")] for r in costs]
     parts = [head, "**Figure 19a on the sim**, `python -m studies.swap_cost` (OPT-13B, A100-40GB, 1,024 tokens):\n\n"
              + _table(["block size", "swap one way (ms)", "recompute (ms)", "recompute / swap"], rows) + "\n"]
+    section = Section()
     bench = swap_bench / "swap_bench.csv"
-    if bench.is_file():
+    if not bench.is_file():
+        section.not_run.append(NotRun("Swapping: Figure 19a on this machine's CPU",
+                                      f"python -m studies.swap_bench --out {shown(swap_bench)}", swap_bench))
+    else:
+        section.has_runs = True
         b = pd.read_csv(bench)
         meta_path = swap_bench / "swap_bench.json"
         meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
@@ -248,8 +290,9 @@ def section_swap(experiments: Path, swap_bench: Path) -> str:
                      + _table(["block size", "swap out (ms)", "swap in (ms)", "recompute (ms)"], rows) + "\n")
     agg = load_aggregate(experiments, "swap")
     if agg is None:
-        parts.append("**Figure 19b**: " + not_run("swap"))
+        section.not_run.append(experiment_not_run("Swapping: Figure 19b on the sim", "swap", experiments))
     else:
+        section.has_runs = True
         rows = preemption_rows(agg, "steady_norm_latency_s_mean", ".3f")
         parts.append("**Figure 19b on the sim**, `python run.py -m experiment=swap` (ShareGPT at 4 req/s for an "
                      "hour, just below the paged engine's capacity; mean normalized latency over the steady "
@@ -258,7 +301,8 @@ def section_swap(experiments: Path, swap_bench: Path) -> str:
                                "recompute: preemptions"], rows) + "\n")
     parts.append("The paper: swapping suffers with small blocks (many small PCIe transfers); recomputation's cost "
                  "does not depend on the block size; the two are comparable for blocks of 16-64.\n")
-    return "\n".join(parts)
+    section.text = "\n".join(parts)
+    return section
 
 
 def preemption_rows(agg: pd.DataFrame, metric: str, spec: str) -> list[list[str]]:
@@ -278,7 +322,7 @@ REAL = (("sampling_real", "Figure 14: parallel samples"), ("beam_real", "Figure 
         ("prefix_real", "Figure 16: shared prefix"), ("chat_real", "Figure 17: chat"))
 
 
-def section_real_sharing(experiments: Path) -> str:
+def section_real_sharing(experiments: Path) -> Section:
     head = ("## Sharing and swapping on the real CPU backend (small scale)\n\n"
             "The tiny OPT model (random weights, fp32) on this machine's 2 cores, every request at t = 0, a small "
             "KV budget so memory binds (each experiment's file in `conf/experiment/` says its trace and budget). "
@@ -287,12 +331,13 @@ def section_real_sharing(experiments: Path) -> str:
             "the batch (see the real backend section), so the ratios here are far below a GPU's. A request whose "
             "sequences no state of an engine's memory could hold is rejected on arrival by that engine (the same "
             "rule for every engine; what fits differs: `rejected`).\n\n")
-    parts = [head]
+    parts, section = [head], Section()
     for name, label in REAL:
         agg = load_aggregate(experiments, name)
         if agg is None:
-            parts.append(f"**{label}**: " + not_run(name))
+            section.not_run.append(experiment_not_run(f"Real CPU backend, {label}", name, experiments))
             continue
+        section.has_runs = True
         rows = []
         for workload, g in agg.groupby("workload", sort=False):
             by = {e: s.iloc[0] for e, s in g.groupby("engine")}
@@ -309,10 +354,14 @@ def section_real_sharing(experiments: Path) -> str:
                                "preemptions", "rejected", "paged / this"], rows) + "\n")
     agg = load_aggregate(experiments, "swap_real")
     if agg is None:
-        parts.append("**Figure 19b: swap vs recompute**: " + not_run("swap_real"))
+        section.not_run.append(experiment_not_run("Real CPU backend, Figure 19b: swap vs recompute", "swap_real",
+                                                  experiments))
     else:
+        section.has_runs = True
         rows = preemption_rows(agg, "output_tokens_per_s", ".1f")
         parts.append("**Figure 19b: swap vs recompute**, `python run.py -m experiment=swap_real`:\n\n"
                      + _table(["block size", "swap: output tok/s", "swap: preemptions", "recompute: output tok/s",
                                "recompute: preemptions"], rows) + "\n")
-    return "\n".join(parts)
+    if section.has_runs:
+        section.text = "\n".join(parts)
+    return section

@@ -1,36 +1,48 @@
 """The reproduction report: our figures beside the paper's, regenerated from run folders alone.
 
-    python run.py -m experiment=memory_waste          # and capacity, batch_size, block_size
-    python -m results.report                          # -> docs/REPORT.md and docs/figures/
+    python run.py -m experiment=memory_waste          # and capacity, batch_size, block_size, ...
+    python -m results.report                          # -> outputs/report/REPORT.md and its figures/
+    python -m results.report --out docs/REPORT.md     # the shipped report: only from a complete set of runs
 
-Reads outputs/experiments/NAME (one sweep per experiment) and data/runs/real_cpu
-(the real-backend CPU runs kept in the repository). A missing experiment is
-reported as missing, not invented.
+Reads outputs/experiments/NAME (one sweep per experiment), data/runs/ (the
+real-backend CPU runs and the swap benchmark kept in the repository) and
+outputs/replay. The report holds the parts that have runs; a part without
+runs is not invented nor written as a placeholder: it is listed on stdout and
+under "Not in this report" at the end, with the command that makes its runs.
+Figures go to figures/ beside the report. Nothing is written when no part has
+runs, nor over the shipped docs/REPORT.md while any part lacks them (unless
+--force).
 """
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, field
 import json
 import math
 from pathlib import Path
+import shutil
 import sys
+import tempfile
 
 import pandas as pd
 
 from engines.kv.budget import kv_budget
 from paths import EXPERIMENTS, KEPT_RUNS, OUTPUTS, REPORT
 from engines.specs.presets import load_hardware, load_model
-from results.report.sharing import (section_chat, section_prefix, section_real_sharing, section_sampling,
-                                    section_swap)
+from results.report.section import NotRun, Section, experiment_not_run, shown
+from results.report.sharing import (bound_note, capacity_warnings, section_chat, section_prefix, section_real_sharing,
+                                    section_sampling, section_swap)
 from results.sweeps.capacity import CAPACITY_CSV, capacity_summary, ratio_summary, ratio_table
+from results.sweeps.sustainable import ratio_bound
 from results.report.plots import (has_curve, plot_batch_size, plot_block_size, plot_latency_vs_rate, plot_memory_waste,
                            rate_curves)
 from results.record.store import atomic_write
 from results.report.paper import earlier_report, paper
 from results.report.replay_table import format_table
-from results.sweeps.collect import collect
+from results.sweeps.collect import collect, mixed_code_note
 
 THRESHOLD = 0.2           # s/token: the latency criterion of experiment=capacity
+OUT = OUTPUTS / "report" / "REPORT.md"   # where the report goes unless told: never over the shipped one
 CATS = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
 ENGINES = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
 
@@ -61,18 +73,14 @@ def load_capacity(experiments: Path, name: str = "capacity") -> pd.DataFrame | N
     return pd.read_csv(path) if path.is_file() else None
 
 
-def missing(name: str) -> str:
-    return f"*Not run: `python run.py -m experiment={name}` has no results under outputs/experiments/{name}.*\n"
-
-
-def section_table1() -> str:
+def section_table1() -> Section:
     rows = []
     for model, hw, w, kv, slots in paper().table1:
         spec, hardware = load_model(model), load_hardware(hw)
         b = kv_budget(spec, hardware)
         rows.append([f"{model}, {spec.tp}x {hw}", f"{b.weight_bytes / 1e9:.1f} GB", f"{b.kv_bytes / 2**30:.2f} GiB",
                      f"{b.num_slots:,}", f"{w} GB / {kv} GB / {slots}"])
-    return ("## Table 1: KV budget\n\nKV budget = device memory x 0.9 - weights - activation reserve "
+    return Section("## Table 1: KV budget\n\nKV budget = device memory x 0.9 - weights - activation reserve "
             "(`engines/kv/budget.py`; printed at the start of every run, e.g. `python run.py backend=sim "
             "model=opt-66b workload.num_requests=10`).\n\n"
             + table(["setting", "weights", "KV cache", "KV slots", "paper: weights / KV / slots"], rows)
@@ -87,19 +95,21 @@ TRACE_LENGTH_COMMAND = ("python run.py -m hydra/sweeper=capacity hydra/launcher=
                         "hydra.sweep.dir=outputs/experiments/capacity_1000_requests")
 
 
-def trace_length_effect(capacity: pd.DataFrame, short: pd.DataFrame | None) -> str:
+def trace_length_effect(capacity: pd.DataFrame, short: pd.DataFrame) -> str:
     """The same search on 1,000-request traces against one-hour traces, ShareGPT seed 0, latency criterion."""
-    if short is None:
-        return ""
-    def at(table, engine):
+    def at(table, engine) -> tuple[float, str]:
         r = table[(table["workload"] == "sharegpt") & (table["seed"] == 0) & (table["engine"] == engine)
                   & table["criterion"].str.startswith("latency")]
-        return float(r["capacity"].iloc[0]) if len(r) else math.nan
+        return (float(r["capacity"].iloc[0]), r["bound"].iloc[0]) if len(r) else (math.nan, "=")
+
+    def ratio(table) -> str:
+        (paged, paged_bound), (oracle, oracle_bound) = at(table, "paged"), at(table, "orca-oracle")
+        return num(paged / oracle) + "x" + bound_note(ratio_bound(paged_bound, oracle_bound))
+
     rows = []
     for engine in ("orca-oracle", "paged"):
-        rows.append([engine, num(at(short, engine), ".3g"), num(at(capacity, engine), ".3g")])
-    rows.append(["paged / orca-oracle", num(at(short, "paged") / at(short, "orca-oracle")) + "x",
-                 num(at(capacity, "paged") / at(capacity, "orca-oracle")) + "x"])
+        rows.append([engine, *(num(c, ".3g") + bound_note(b) for c, b in (at(short, engine), at(capacity, engine)))])
+    rows.append(["paged / orca-oracle", ratio(short), ratio(capacity)])
     return ("\nThe trace-length effect alone, with everything else as above (ShareGPT, seed 0, 0.2 s/token; "
             f"`{TRACE_LENGTH_COMMAND}`):\n\n"
             + table(["capacity (req/s)", "1,000 requests a run", "one-hour traces"], rows)
@@ -107,8 +117,10 @@ def trace_length_effect(capacity: pd.DataFrame, short: pd.DataFrame | None) -> s
               "queue builds up; one hour at its rate is ~16,000 requests, and its capacity drops.\n")
 
 
-def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = None) -> str:
-    """What the measurement method is, and the earlier report's ratios beside this one's."""
+def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = None,
+                   short_dir: Path = EXPERIMENTS / "capacity_1000_requests") -> Section:
+    """What the measurement method is, and the earlier report's ratios beside this one's (with the capacity search's
+    runs; the search on 1,000-request traces, in `short_dir`, adds the trace-length effect)."""
     text = ("## Method\n\n"
             "How every figure below is measured (`results/record/summary.py`, `results/sweeps/capacity.py`), the same for "
             "every engine:\n\n"
@@ -134,7 +146,7 @@ def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = N
             "attend over their true lengths (FasterTransformer's per-sequence lengths) on both backends, with "
             "finished requests kept as padding rows.\n\n")
     if capacity is None:
-        return text
+        return Section(text)
     new = ratio_summary(ratio_table(capacity))
     new = new[new["criterion"].str.startswith("latency")]
     rows = []
@@ -142,9 +154,9 @@ def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = N
     for (workload, baseline), old in earlier.ratios.items():
         r = new[(new["workload"] == workload) & (new["baseline"] == baseline)]
         cell = (f"{r['mean'].iloc[0]:.2f}x ({r['min'].iloc[0]:.2f}-{r['max'].iloc[0]:.2f})"
-                + ("" if r["exact"].iloc[0] else " *")) if len(r) else "n/a"
+                + bound_note(r["bound"].iloc[0])) if len(r) else "n/a"
         rows.append([workload, f"paged / {baseline}", f"{old:.2f}x", cell])
-    return (text + "Paged / baseline capacity ratios at 0.2 s/token, the earlier report's against this one's "
+    text += ("Paged / baseline capacity ratios at 0.2 s/token, the earlier report's against this one's "
             "(earlier: 1,000 or 2,000 requests a run whatever the rate, whole-run latency, a rate read off a "
             "fixed grid by straight-line interpolation, one seed, and the static engine charged padded "
             f"contexts; `git show {earlier.commit}:results/REPORT.md`):\n\n"
@@ -156,17 +168,22 @@ def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = N
               "charged its true contexts, which raises its capacity; and paged attention is now charged the "
               "paper's measured kernel penalty (Figure 18a; `hardware.paged_block_cost_tokens=0` removes it, "
               "which lifted paged's ShareGPT capacity to 4.56 req/s and the ratio over Orca (Oracle) to 1.81x "
-              "in this session's earlier search). `*`: some seed's capacity is a bound, not bracketed.\n"
-            + trace_length_effect(capacity, short))
+              "in this session's earlier search). A ratio marked \"lower bound\" or \"upper bound\" has a seed "
+              "whose capacity the search only bounded (see Figure 12).\n")
+    if short is None:
+        return Section(text, has_runs=True, not_run=[NotRun("Method: the trace-length effect (1,000-request traces)",
+                                                            TRACE_LENGTH_COMMAND, short_dir)])
+    return Section(text + trace_length_effect(capacity, short), has_runs=True,
+                   warnings=capacity_warnings(short, short_dir))
 
 
-def section_memory(df: pd.DataFrame | None, figures: Path, sweep: Path) -> str:
+def section_memory(df: pd.DataFrame | None, figures: Path, sweep: Path) -> Section:
     head = ("## Figure 2: KV-memory waste\n\n`python run.py -m experiment=memory_waste` (1,000 ShareGPT "
             "requests at t = 0, OPT-13B, A100-40GB, block 16). KV split in % of the budget over the steady "
             "window (for this offline trace: from 10% of the time the queue takes to empty until it empties, "
             "i.e. while memory limits admission); whole-run token states beside it.\n\n")
     if df is None:
-        return head + missing("memory_waste")
+        return Section(not_run=[experiment_not_run("Figure 2: KV-memory waste", "memory_waste", sweep.parent)])
     plot_memory_waste(df, figures / "memory_waste.png", prefix="steady_mem")
     rows = []
     for engine in ENGINES:
@@ -180,13 +197,13 @@ def section_memory(df: pd.DataFrame | None, figures: Path, sweep: Path) -> str:
                      num(r["steady_mean_batch_size"], ".1f"),
                      " / ".join("-" if p is None else f"{p}" for p in paper_split) if paper_split else "not reported",
                      diff])
-    return (head + table(["engine", "token states", "reservation", "internal frag.", "ext. frag. & others", "free",
+    return Section(head + table(["engine", "token states", "reservation", "internal frag.", "ext. frag. & others", "free",
                           "token states, whole run", "batch", "paper (tokens / reserv. / internal / ext.)",
                           "token states: ours - paper"], rows)
             + "\n\n![memory waste](figures/memory_waste.png)\n\n"
               "The whole-run average includes the end of the run, when the queue is empty and memory drains as "
               "the last requests finish; the window leaves that out.\n\n"
-            + trace_note(df, sweep))
+            + trace_note(df, sweep), has_runs=True)
 
 
 def trace_note(df: pd.DataFrame, sweep: Path) -> str:
@@ -202,13 +219,14 @@ def trace_note(df: pd.DataFrame, sweep: Path) -> str:
             "Orca's waste between the categories; paged keeps only the tail of each last block.\n")
 
 
-def section_capacity(capacity: pd.DataFrame | None, runs: pd.DataFrame | None, figures: Path) -> str:
+def section_capacity(capacity: pd.DataFrame | None, runs: pd.DataFrame | None, figures: Path,
+                     experiments: Path = EXPERIMENTS) -> Section:
     head = ("## Figure 12: capacity\n\n`python run.py -m experiment=capacity` (then `python -m results.sweeps.capacity "
             "outputs/experiments/capacity` prints the same tables): one-hour Poisson traces of ShareGPT and the "
             "synthetic Alpaca-like trace, OPT-13B on one A100-40GB, sim backend, workload seeds 0-2; each "
             "engine's capacity searched to 2% under each criterion (see Method).\n\n")
     if capacity is None:
-        return head + missing("capacity")
+        return Section(not_run=[experiment_not_run("Figure 12: capacity", "capacity", experiments)])
     out = [head]
     caps = capacity_summary(capacity)
     rel = ratio_summary(ratio_table(capacity))
@@ -226,31 +244,34 @@ def section_capacity(capacity: pd.DataFrame | None, runs: pd.DataFrame | None, f
         out.append(f"**{criterion}** (capacity in req/s; mean over seeds, min-max in brackets):\n\n"
                    + table(["workload", *ENGINES, "paged / orca-oracle", "paged / orca-pow2", "paged / orca-max",
                             "paged / static"], rows) + "\n\n")
-    out.append("`*`: some seed's capacity is a bound (never failed up to, or failed already at, the search's "
-               "limits), so the figure is a bound too.\n\nPaper (ShareGPT, OPT-13B/66B/175B): 1.7-2.7x over Orca "
+    for warning in capacity_warnings(capacity):
+        out.append("Some searches did not bracket their capacity: a figure marked \"lower bound\" never failed up "
+                   "to the search's max_rate (or its search stopped before bracketing it) in some seed, one marked "
+                   "\"upper bound\" failed already at its min_rate; a ratio with such a figure is a bound too. "
+                   f"{warning[0].upper()}{warning[1:]}.\n\n")
+    out.append("Paper (ShareGPT, OPT-13B/66B/175B): 1.7-2.7x over Orca "
                "(Oracle), 2.7-8x over Orca (Max), up to 22x over FasterTransformer; Alpaca shows a similar "
                "trend.\n")
     if runs is not None and has_curve(rate_curves(runs)):
         plot_latency_vs_rate(runs, figures / "latency_vs_rate.png", threshold=THRESHOLD)
         out.append("\nThe search's own runs, steady-window mean normalized latency against rate (every seed):\n\n"
                    "![latency vs rate](figures/latency_vs_rate.png)\n")
-    return "".join(out)
+    return Section("".join(out), has_runs=True, warnings=capacity_warnings(capacity, experiments / "capacity"))
 
 
 def spread(table_: pd.DataFrame, key: str, spec: str) -> str:
     row = table_.loc[key]
     if isinstance(row, pd.DataFrame):
         row = row.iloc[0]
-    mark = "" if row["exact"] else " *"
-    return f"{spec.format(row['mean'])} ({spec.format(row['min'])}-{spec.format(row['max'])}){mark}"
+    return f"{spec.format(row['mean'])} ({spec.format(row['min'])}-{spec.format(row['max'])}){bound_note(row['bound'])}"
 
 
-def section_batch(df: pd.DataFrame | None, figures: Path) -> str:
+def section_batch(df: pd.DataFrame | None, figures: Path, experiments: Path = EXPERIMENTS) -> Section:
     head = ("## Figure 13: mean batch size\n\n`python run.py -m experiment=batch_size` (one-hour Poisson traces; "
             "mean decode batch over the steady window, weighted by iteration duration; each run stops at its "
             "last arrival)\n\n")
     if df is None:
-        return head + missing("batch_size")
+        return Section(not_run=[experiment_not_run("Figure 13: mean batch size", "batch_size", experiments)])
     plot_batch_size(df, figures / "batch_size.png")
     rows = []
     for (workload, rate), g in df.groupby(["workload", "request_rate"]):
@@ -258,14 +279,14 @@ def section_batch(df: pd.DataFrame | None, figures: Path) -> str:
         paper_batch = paper().figure13.get((workload, float(rate)))
         rows.append([workload, num(rate, "g"), *(num(by.get(e, math.nan)) for e in ENGINES),
                      " / ".join(f"{p:.2f}" for p in paper_batch) if paper_batch else ""])
-    return (head + table(["workload", "req/s", *ENGINES, "paper: orca max / pow2 / oracle / vLLM"], rows)
+    return Section(head + table(["workload", "req/s", *ENGINES, "paper: orca max / pow2 / oracle / vLLM"], rows)
             + "\n\nOrca (Max) batches 7 requests wherever memory binds, as in the paper: the budget holds 7 "
               "regions of 2,048 slots. " + saturated_ratio(df) + "\n\nAt ShareGPT's 2 req/s, less than half of "
               "paged's capacity here, memory binds only static and Orca (Max): the other three batch the same, "
               "as many requests as are in flight (rate x time in the system). The paper's system had more in "
               "flight at that rate: its ShareGPT outputs were 1.7x longer (338 against ~198 tokens) and its "
               "iterations slower than this cost model's. At Alpaca's 30 req/s memory binds every engine and the "
-              "batches come close to the paper's.\n\n![batch size](figures/batch_size.png)\n")
+              "batches come close to the paper's.\n\n![batch size](figures/batch_size.png)\n", has_runs=True)
 
 
 def saturated_ratio(df: pd.DataFrame) -> str:
@@ -284,12 +305,12 @@ def saturated_ratio(df: pd.DataFrame) -> str:
             + f" (paper: {share[3] / share[2]:.2f}x on ShareGPT at 2 req/s, {alpaca[3] / alpaca[2]:.2f}x on Alpaca at 30).")
 
 
-def section_blocks(df: pd.DataFrame | None, figures: Path) -> str:
+def section_blocks(df: pd.DataFrame | None, figures: Path, experiments: Path = EXPERIMENTS) -> Section:
     head = ("## Figure 18b: block size\n\n`python run.py -m experiment=block_size` (paged engine, block sizes "
             "1-256, one-hour Poisson traces). Each cell, over the steady window: mean decode batch / token "
             "states % / mean normalized latency (s/token).\n\n")
     if df is None:
-        return head + missing("block_size")
+        return Section(not_run=[experiment_not_run("Figure 18b: block size", "block_size", experiments)])
     plot_block_size(df, figures / "block_size.png")
     settings = sorted({(w, float(r)) for w, r in zip(df["workload"], df["request_rate"])})
     rows = []
@@ -304,7 +325,7 @@ def section_blocks(df: pd.DataFrame | None, figures: Path) -> str:
             cells.append(f"{num(r['steady_mean_batch_size'], '.1f')} / {pct(r['steady_mem_token_states'])} / "
                          f"{num(r['steady_norm_latency_s_mean'], '.3f')}")
         rows.append(cells)
-    return (head + table(["block", *(f"{w} {num(r, 'g')} req/s" for w, r in settings)], rows)
+    return Section(head + table(["block", *(f"{w} {num(r, 'g')} req/s" for w, r in settings)], rows)
             + "\n\nBoth sides of the paper's curve: small blocks make every decode step slower (the A100 preset "
               "charges each block read at 3.68 context tokens' cost, the paper's Figure 18a penalty of 23% at "
               "block 16, so +368% at block 1), and large blocks waste the unfilled tail of each sequence's last "
@@ -312,10 +333,10 @@ def section_blocks(df: pd.DataFrame | None, figures: Path) -> str:
               "both workloads (the paper: 16-128 on ShareGPT, 16-32 on Alpaca). The small-block side rests on "
               "the paper's measured penalty at block 16 extrapolated by a per-block cost, not on a kernel "
               "profile of ours: `bash scripts/gpu_check.sh` measures it per block size on a GPU.\n\n"
-              "![block size](figures/block_size.png)\n")
+              "![block size](figures/block_size.png)\n", has_runs=True)
 
 
-def section_validation(replay_dir: Path) -> str:
+def section_validation(replay_dir: Path) -> Section:
     """The sim against the real backend on one trace (studies.replay), with the fitted CPU preset."""
     head = ("## The sim against the real backend (calibration and validation)\n\n"
             "`python -m studies.profile --model tiny --out data/profiles/cpu_tiny.parquet` (real iteration "
@@ -326,25 +347,28 @@ def section_validation(replay_dir: Path) -> str:
             "the real run's KV slots; the two execute the same iterations, so each iteration's time is compared).\n\n")
     path = replay_dir / "replay.csv"
     if not path.is_file():
-        return head + "*Not run: no replay.csv under " + str(replay_dir) + ".*\n"
+        return Section(not_run=[NotRun("The sim against the real backend (calibration and validation)",
+                                       "python -m studies.replay data/traces/sharegpt_100_seed1.jsonl --hardware "
+                                       f"cpu-tiny --out {shown(replay_dir)}", replay_dir)])
     t = pd.read_csv(path)
     worst = t.loc[t["output_tokens_per_s_error_pct"].abs().idxmax()]
-    return (head + format_table(t) + "\n\nTargets were throughput and makespan within 5% and per-iteration MAPE "
+    return Section(head + format_table(t) + "\n\nTargets were throughput and makespan within 5% and per-iteration MAPE "
             f"within 10%. The largest throughput error is {worst['engine']}'s "
             f"({worst['output_tokens_per_s_error_pct']:+.1f}%). What limits the match on this machine: the fit "
             "is linear in rows, tokens and context (a 2-core CPU's step time is not: torch's threads engage at "
             "some sizes and not others; the fit's own MAPE on its profile is in the preset), and the machine's "
             "speed drifts between runs (the same real run's makespan moved by up to ~20% across this session; "
-            "each summary records the load average beside it).\n")
+            "each summary records the load average beside it).\n", has_runs=True)
 
 
-def section_real(folder: Path) -> str:
+def section_real(folder: Path) -> Section:
     head = ("## The real backend on this machine's CPU\n\n`python run.py -m engine=static,orca,paged` (tiny OPT "
             "model, random weights, fp32, 100 ShareGPT requests at t = 0, 64 MiB KV budget = 8,192 slots; "
             "results kept in `data/runs/real_cpu/`)\n\n")
     runs = sorted(folder.glob("*/summary.json")) if folder.is_dir() else []
     if not runs:
-        return head + "*No real-backend results under data/runs/real_cpu/.*\n"
+        return Section(not_run=[NotRun("The real backend on this machine's CPU",
+                                       "python run.py -m engine=static,orca,paged", folder)])
     summaries = {json.loads(p.read_text())["engine"]: json.loads(p.read_text()) for p in runs}
     rows = [[e, num(s["output_tokens_per_s"], ".1f"), num(s["mean_batch_size"]), pct(s["mem_token_states"]),
              pct(s["mem_waiting_token_states"]), num(s["wall_s"], ".0f")]
@@ -366,7 +390,7 @@ def section_real(folder: Path) -> str:
     extra = folder / "notes.md"
     if extra.is_file():
         text += "\n\n" + extra.read_text()
-    return text + "\n"
+    return Section(text + "\n", has_runs=True)
 
 
 def step_times(folder: Path) -> list[list[str]]:
@@ -385,54 +409,144 @@ def step_times(folder: Path) -> list[list[str]]:
     return rows
 
 
-def build_report(experiments: Path, real_cpu: Path, out: Path, replay_dir: Path | None = None) -> Path:
+TITLE = ("# pagedbench: reproducing PagedAttention's memory and throughput claims\n\n"
+         "Generated by `python -m results.report` from the run folders; every figure below names the command "
+         "that produced its runs. Paper: Kwon et al., SOSP 2023, arXiv 2309.06180. All sim-backend results use "
+         "the roofline cost model of `engines/sim/cost_model.py`, the same for every engine; engines differ only in "
+         "how they reserve KV memory and when they admit requests.\n")
+KERNELS = ("## Kernels (Figure 18a)\n\nThe paper's paged attention kernel had 20-26% higher latency than "
+           "FasterTransformer's contiguous one. Our paged and contiguous Triton kernels differ only in address "
+           "translation; their latency ratio, with Triton's pipelining stages as a knob, torch SDPA on the same K/V "
+           "as an outside reference and bandwidth against the measured copy ceiling, need a GPU: "
+           "`bash scripts/gpu_check.sh OUTDIR` (about 8 minutes; also an OPT-1.3B profile, a fitted GPU preset and "
+           "a replay of `data/traces/sharegpt_64_seed2.jsonl` through both backends; `DRY_RUN=1` checks it on a "
+           "CPU). No GPU was available for this report: the sim's GPU presets charge paged attention the paper's "
+           "Figure 18a penalty instead (each block read at 3.68 context tokens' cost: +23% at block size 16, more "
+           "for smaller blocks; `paged_block_cost_tokens` in `conf/hardware/*.yaml`).\n")
+
+
+@dataclass(slots=True)
+class Report:
+    """The report before it is written: its text, whether any part has runs, the parts that have none, warnings,
+    and the folders it read (for the message when there is nothing to write)."""
+
+    text: str
+    has_runs: bool
+    not_run: list[NotRun] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    read: list[Path] = field(default_factory=list)
+
+
+def not_in_report(not_run: list[NotRun]) -> str:
+    return ("## Not in this report\n\nThese parts had no runs, so this report leaves them out; the command after "
+            "each makes them:\n\n" + "".join(f"- {part}.\n" for part in not_run))
+
+
+def code_notes(experiments: Path) -> list[str]:
+    """One line for each experiment whose runs come from more than one code version."""
+    if not experiments.is_dir():
+        return []
+    notes = (f"{folder.name}: {mixed_code_note(collect(folder))}"
+             for folder in sorted(p for p in experiments.iterdir() if p.is_dir()))
+    return [n for n in notes if not n.endswith(": None")]
+
+
+def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path | None = None,
+            swap_bench: Path = KEPT_RUNS / "swap_bench_cpu") -> Report:
+    """Every section that has runs (its figures drawn into `figures`), then the list of those that have none."""
     replay_dir = replay_dir if replay_dir is not None else experiments.parent / "replay"
-    figures = out.parent / "figures"
-    figures.mkdir(parents=True, exist_ok=True)
     capacity = load_capacity(experiments)
-    parts = [
-        "# pagedbench: reproducing PagedAttention's memory and throughput claims\n\n"
-        "Generated by `python -m results.report` from the run folders; every figure below names the command "
-        "that produced its runs. Paper: Kwon et al., SOSP 2023, arXiv 2309.06180. All sim-backend results use "
-        "the roofline cost model of `engines/sim/cost_model.py`, the same for every engine; engines differ only in "
-        "how they reserve KV memory and when they admit requests.\n",
-        section_method(capacity, load_capacity(experiments, "capacity_1000_requests")),
+    sections = [
+        Section(TITLE),
+        section_method(capacity, load_capacity(experiments, "capacity_1000_requests"),
+                       experiments / "capacity_1000_requests"),
         section_table1(),
         section_memory(load(experiments, "memory_waste"), figures, experiments / "memory_waste"),
-        section_capacity(capacity, load(experiments, "capacity"), figures),
-        section_batch(load(experiments, "batch_size"), figures),
-        section_blocks(load(experiments, "block_size"), figures),
+        section_capacity(capacity, load(experiments, "capacity"), figures, experiments),
+        section_batch(load(experiments, "batch_size"), figures, experiments),
+        section_blocks(load(experiments, "block_size"), figures, experiments),
         section_sampling(experiments),
         section_prefix(experiments),
         section_chat(experiments),
-        section_swap(experiments, KEPT_RUNS / "swap_bench_cpu"),
+        section_swap(experiments, swap_bench),
         section_real(real_cpu),
         section_real_sharing(experiments),
         section_validation(replay_dir),
-        "## Kernels (Figure 18a)\n\nThe paper's paged attention kernel had 20-26% higher latency than "
-        "FasterTransformer's contiguous one. Our paged and contiguous Triton kernels differ only in address "
-        "translation; their latency ratio, with Triton's pipelining stages as a knob, torch SDPA on the same K/V "
-        "as an outside reference and bandwidth against the measured copy ceiling, need a GPU: "
-        "`bash scripts/gpu_check.sh OUTDIR` (about 8 minutes; also an OPT-1.3B profile, a fitted GPU preset and "
-        "a replay of `data/traces/sharegpt_64_seed2.jsonl` through both backends; `DRY_RUN=1` checks it on a "
-        "CPU). No GPU was available for this report: the sim's GPU presets charge paged attention the paper's "
-        "Figure 18a penalty instead (each block read at 3.68 context tokens' cost: +23% at block size 16, more "
-        "for smaller blocks; `paged_block_cost_tokens` in `conf/hardware/*.yaml`).\n",
+        Section(KERNELS),
     ]
-    text = "\n".join(parts)
-    atomic_write(out, lambda tmp: Path(tmp).write_text(text))
+    not_run = [part for s in sections for part in s.not_run]
+    mixed = code_notes(experiments)
+    text = ("\n".join(s.text for s in sections if s.text)
+            + ("\n## Code versions\n\nSome experiments mix runs of different code (each run's `code_version` is in "
+               "its summary and in the sweep's aggregate.csv):\n\n" + "".join(f"- {n}\n" for n in mixed)
+               if mixed else "")
+            + ("\n" + not_in_report(not_run) if not_run else ""))
+    return Report(text, any(s.has_runs for s in sections), not_run,
+                  [w for s in sections for w in s.warnings] + mixed, [experiments, real_cpu, swap_bench, replay_dir])
+
+
+def refusal(report: Report, out: Path, force: bool = False) -> str | None:
+    """Why `report` may not be written to `out`, or None: it has no runs at all, or it lacks some and `out` is the
+    shipped report (unless `force`)."""
+    if not report.has_runs:
+        read = ", ".join(dict.fromkeys(shown(p) for p in report.read))
+        return (f"no part of the report has runs (read {read}); "
+                "run an experiment first, e.g. python run.py -m experiment=memory_waste; nothing written")
+    if report.not_run and not force and Path(out).resolve() == REPORT.resolve():
+        return (f"{len(report.not_run)} parts of the report have no runs (listed above), and {shown(out)} is the "
+                "shipped report, which holds them: write elsewhere (--out), or replace it anyway with --force; "
+                "nothing written")
+    return None
+
+
+def write_report(report: Report, figures: Path, out: Path, force: bool = False) -> Path:
+    """`report` to `out` and the figures drawn into `figures` to figures/ beside it, each atomically; raises
+    ValueError (nothing written) when `refusal` says why not."""
+    problem = refusal(report, out, force)
+    if problem:
+        raise ValueError(problem)
+    for figure in sorted(Path(figures).glob("*.png")):
+        atomic_write(out.parent / "figures" / figure.name, lambda tmp, src=figure: shutil.copyfile(src, tmp))
+    atomic_write(out, lambda tmp: Path(tmp).write_text(report.text))
     return out
+
+
+def build_report(experiments: Path, real_cpu: Path, out: Path, replay_dir: Path | None = None,
+                 force: bool = False, swap_bench: Path = KEPT_RUNS / "swap_bench_cpu") -> Path:
+    """Compose the report and write it to `out` (see `write_report`)."""
+    with tempfile.TemporaryDirectory() as figures:
+        report = compose(experiments, real_cpu, Path(figures), replay_dir, swap_bench)
+        return write_report(report, Path(figures), out, force)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m results.report", description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", type=Path, default=EXPERIMENTS)
-    parser.add_argument("--real-cpu", type=Path, default=KEPT_RUNS / "real_cpu")
-    parser.add_argument("--out", type=Path, default=REPORT)
+    parser.add_argument("--real-cpu", type=Path, default=KEPT_RUNS / "real_cpu",
+                        help="the real-backend CPU runs (their summary.json)")
+    parser.add_argument("--swap-bench", type=Path, default=KEPT_RUNS / "swap_bench_cpu",
+                        help="a folder of python -m studies.swap_bench (its swap_bench.csv)")
+    parser.add_argument("--out", type=Path, default=OUT,
+                        help=f"the report's file; figures go to figures/ beside it (default {shown(OUT)}; "
+                             f"{shown(REPORT)}, the shipped report, only from a complete set of runs)")
     parser.add_argument("--replay", type=Path, default=OUTPUTS / "replay",
                         help="a folder of python -m studies.replay (its replay.csv)")
+    parser.add_argument("--force", action="store_true",
+                        help=f"write {shown(REPORT)} even though some parts have no runs (they drop out of it)")
     args = parser.parse_args(argv)
-    print(build_report(args.experiments, args.real_cpu, args.out, args.replay))
+    with tempfile.TemporaryDirectory() as figures:
+        report = compose(args.experiments, args.real_cpu, Path(figures), args.replay, args.swap_bench)
+        for part in report.not_run:
+            print(f"not in the report: {part}")
+        try:
+            out = write_report(report, Path(figures), args.out, args.force)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        drawn = len(list(Path(figures).glob("*.png")))
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"wrote {out}" + (f" and {drawn} figures in {out.parent / 'figures'}" if drawn else ""))
     return 0
 
 

@@ -13,6 +13,16 @@ criterion (`bound` "="), the lower end of the final bracket; `upper` is the
 upper end. A rate is only ever judged from a finished run's summary, so a
 search replays exactly from its run folders.
 
+A search that did not bracket its capacity reports only a bound, and every
+table says so in words: `capacity_is_bound` and `bound_reason` in
+capacity.csv, "lower bound: max_rate" beside the figure in what is printed,
+and one warning line naming those curves. `bound` ">=" is a lower bound
+(`bound_reason` "max_rate": the search never failed up to its max_rate);
+"<" an upper bound ("min_rate": it failed already at its min_rate);
+"unfinished": the search stopped (max_rounds) or was interrupted before
+bracketing it; "run failed": a run of the curve failed. A mean over seeds
+or a ratio with a bound in it is a bound too (`ratio_bound`).
+
 Criteria, both over the requests that arrive in the steady window:
 
 - `latency`: mean normalized latency (end-to-end latency / output tokens)
@@ -29,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+import logging
 import math
 from pathlib import Path
 import sys
@@ -37,10 +48,15 @@ import pandas as pd
 
 from results.record.store import atomic_write, write_parquet
 from results.sweeps.collect import ENGINE_ORDER, engine_rank
+from results.sweeps.sustainable import ratio_bound
 
 CAPACITY_CSV = "capacity.csv"
 RATIOS_CSV = "capacity_ratios.csv"
 CRITERIA = ("latency", "goodput")
+# A bound ("=" exact, ">=" capacity at least, "<" capacity under, "<=" a ratio at most, "?" both ways) in words.
+BOUND_WORDS = {"=": "exact", ">=": "lower bound", "<": "upper bound", "<=": "upper bound", "?": "bounds both ways"}
+CURVE_KEYS = ("engine", "block_size", "workload", "model", "seed", "criterion")
+log = logging.getLogger("pagedbench")
 
 
 @dataclass(slots=True, frozen=True)
@@ -163,43 +179,133 @@ class RateSearch:
                 "done": self.next_rate() is None}
 
 
+def bound_reason(bound: str, done: bool = True, error=None) -> str:
+    """Why a capacity is only a bound ("" when it is exact): what ended its search before it bracketed it."""
+    if bound == "=":
+        return ""
+    if isinstance(error, str) and error:
+        return "run failed"
+    if not done:
+        return "unfinished"
+    return "max_rate" if bound == ">=" else "min_rate"
+
+
+def name_bounds(capacity: pd.DataFrame) -> pd.DataFrame:
+    """`capacity` with `capacity_is_bound` and `bound_reason` beside `bound` (a table written before them gains them)."""
+    named = capacity.drop(columns=["capacity_is_bound", "bound_reason"], errors="ignore")
+    done = named["done"].astype(bool) if "done" in named else [True] * len(named)
+    error = named["error"] if "error" in named else [None] * len(named)
+    at = list(named.columns).index("bound") + 1
+    named.insert(at, "capacity_is_bound", named["bound"] != "=")
+    named.insert(at + 1, "bound_reason", [bound_reason(b, d, e) for b, d, e in zip(named["bound"], done, error)])
+    return named
+
+
+def combined_bound(bounds) -> str:
+    """The bound of a mean over seeds: "=" when every seed's is exact, else the one kind among them, or "?"."""
+    kinds = set(bounds) - {"="}
+    if not kinds:
+        return "="
+    return kinds.pop() if len(kinds) == 1 else "?"
+
+
+def bound_text(bound: str, reason: str = "") -> str:
+    """A bound in words: "exact", or "lower bound: max_rate (seeds 0, 2)"."""
+    if bound == "=":
+        return "exact"
+    return f"{BOUND_WORDS[bound]}: {reason}" if reason else BOUND_WORDS[bound]
+
+
+def _seed(seed) -> str:
+    return str(int(seed)) if isinstance(seed, (int, float)) and not math.isnan(seed) else str(seed)
+
+
+def _reasons_by_seed(group: pd.DataFrame) -> str:
+    """"max_rate (seeds 0, 2)": each reason why a figure of `group` is a bound, with the seeds it holds for."""
+    seeds: dict[str, list[str]] = {}
+    for seed, bound, why in zip(group["seed"], group["bound"], group["bound_reason"]):
+        if bound != "=":
+            seeds.setdefault(why if isinstance(why, str) and why else "bound", []).append(_seed(seed))
+    return "; ".join(f"{why} (seed{'s' if len(s) > 1 else ''} {', '.join(s)})" for why, s in seeds.items())
+
+
+def _over_seeds(table: pd.DataFrame, keys: list[str], value: str) -> pd.DataFrame:
+    """Per group of `keys`: mean and min-max over seeds of `value`, `exact` (every seed's is), the mean's bound and
+    why it is one."""
+    rows = []
+    for key, group in table.groupby(keys, sort=False, dropna=False):
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append({**dict(zip(keys, key)), "mean": group[value].mean(), "min": group[value].min(),
+                     "max": group[value].max(), "seeds": group["seed"].nunique(),
+                     "exact": bool((group["bound"] == "=").all()), "bound": combined_bound(group["bound"]),
+                     "bound_reason": _reasons_by_seed(group)})
+    return pd.DataFrame(rows, columns=[*keys, "mean", "min", "max", "seeds", "exact", "bound", "bound_reason"])
+
+
 def ratio_table(capacity: pd.DataFrame, reference: str = "paged") -> pd.DataFrame:
-    """reference / baseline capacity per workload, model, criterion and seed (rows `seed` holds each)."""
+    """reference / baseline capacity per workload, model, criterion and seed (rows `seed` holds each).
+
+    `bound` is the ratio's (`ratio_bound`): "=" when both capacities are exact, ">=" / "<=" when the ratio
+    is a lower / upper bound, "?" when its two bounds pull opposite ways; `bound_reason` names the bounds.
+    """
     keys = [c for c in ("workload", "model", "criterion") if c in capacity]
     rows = []
-    ok = capacity[capacity["capacity"].notna()]
+    ok = name_bounds(capacity[capacity["capacity"].notna()])
     for key, group in ok.groupby(keys + ["seed"], sort=False):
         key = key if isinstance(key, tuple) else (key,)
         refs = group[group["engine"] == reference]
         for ref in refs.itertuples(index=False):
             for base in group[group["engine"] != reference].itertuples(index=False):
-                bound = "=" if ref.bound == "=" and base.bound == "=" else "~"
-                rows.append([*key, ref.block_size, base.engine, ref.capacity / base.capacity, bound])
-    return pd.DataFrame(rows, columns=[*keys, "seed", "block_size", "baseline", "ratio", "bound"])
+                bound = ratio_bound(ref.bound, base.bound)
+                why = ", ".join(f"{r.engine} {r.bound_reason}" for r in (ref, base) if r.bound != "=")
+                rows.append([*key, ref.block_size, base.engine, ref.capacity / base.capacity, bound, bound != "=",
+                             why])
+    return pd.DataFrame(rows, columns=[*keys, "seed", "block_size", "baseline", "ratio", "bound", "ratio_is_bound",
+                                       "bound_reason"])
 
 
 def ratio_summary(ratios: pd.DataFrame) -> pd.DataFrame:
-    """Mean and min-max over seeds of each ratio; `exact` False when any seed's capacity was a bound."""
+    """Mean and min-max over seeds of each ratio; `exact` False when any seed's capacity was a bound, and then
+    `bound` (">=", "<=", "?") and `bound_reason` say which way and why."""
     keys = [c for c in ("workload", "model", "criterion", "block_size", "baseline") if c in ratios]
-    if not len(ratios):
-        return pd.DataFrame(columns=[*keys, "mean", "min", "max", "seeds", "exact"])
-    out = ratios.groupby(keys, sort=False, dropna=False).agg(
-        mean=("ratio", "mean"), min=("ratio", "min"), max=("ratio", "max"), seeds=("seed", "nunique"),
-        exact=("bound", lambda b: bool((b == "=").all()))).reset_index()
+    if "bound_reason" not in ratios:
+        ratios = ratios.assign(bound_reason="")
+    out = _over_seeds(ratios, keys, "ratio")
     order = [e for e in reversed(ENGINE_ORDER)]
     out["_rank"] = out["baseline"].map(lambda e: order.index(e) if e in order else len(order))
     return out.sort_values([*keys[:3], "_rank"], kind="mergesort").drop(columns="_rank").reset_index(drop=True)
 
 
 def capacity_summary(capacity: pd.DataFrame) -> pd.DataFrame:
-    """Mean and min-max over seeds of each engine's capacity."""
+    """Mean and min-max over seeds of each engine's capacity, with the mean's bound and why (see `ratio_summary`)."""
     keys = [c for c in ("workload", "model", "criterion", "engine", "block_size") if c in capacity]
-    ok = capacity[capacity["capacity"].notna()]
-    out = ok.groupby(keys, sort=False, dropna=False).agg(
-        mean=("capacity", "mean"), min=("capacity", "min"), max=("capacity", "max"),
-        seeds=("seed", "nunique"), exact=("bound", lambda b: bool((b == "=").all()))).reset_index()
+    out = _over_seeds(name_bounds(capacity[capacity["capacity"].notna()]), keys, "capacity")
     out["_rank"] = out["engine"].map(engine_rank)
     return out.sort_values([*keys[:3], "_rank"], kind="mergesort").drop(columns="_rank").reset_index(drop=True)
+
+
+def curve_label(row) -> str:
+    """A curve in a few words: "paged block 16 sharegpt opt-13b seed 0 latency<=0.2s/tok"."""
+    words = []
+    for key in CURVE_KEYS:
+        value = row.get(key)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        words.append(f"block {int(value)}" if key == "block_size" else f"seed {_seed(value)}" if key == "seed"
+                     else str(value))
+    return " ".join(words)
+
+
+def bound_warning(capacity: pd.DataFrame, unfinished: bool = True) -> str | None:
+    """One line naming the curves whose capacity is only a bound (with `unfinished` False, leaving out searches
+    that have not ended), or None when there are none."""
+    named = name_bounds(capacity)
+    bounded = named[named["capacity_is_bound"] & (unfinished | (named["bound_reason"] != "unfinished"))]
+    if not len(bounded):
+        return None
+    curves = [f"{curve_label(r)}: {BOUND_WORDS[r['bound']]} {r['capacity']:g} req/s ({r['bound_reason']})"
+              for _, r in bounded.iterrows()]
+    return f"the capacity of {len(bounded)} of {len(named)} curves is only a bound: " + "; ".join(curves)
 
 
 def _blocks(table: pd.DataFrame) -> pd.DataFrame:
@@ -209,11 +315,14 @@ def _blocks(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def _format_spread(table: pd.DataFrame, spec: str, column: str) -> str:
-    """`table` (mean, min, max, exact per row) as text, the spread in one cell: "4.56 (4.5-4.62)", "*" if a bound."""
+    """`table` (mean, min, max, bound per row) as text: the spread in one cell, "4.56 (4.5-4.62)", then the bound in
+    words, "exact" or "lower bound: max_rate (seed 1)"."""
     table = _blocks(table)
-    cells = [f"{spec.format(m)} ({spec.format(lo)}-{spec.format(hi)}){'' if ex else ' *'}"
-             for m, lo, hi, ex in zip(table["mean"], table["min"], table["max"], table["exact"])]
-    return table.drop(columns=["mean", "min", "max", "exact"]).assign(**{column: cells}).to_string(index=False)
+    cells = [f"{spec.format(m)} ({spec.format(lo)}-{spec.format(hi)})"
+             for m, lo, hi in zip(table["mean"], table["min"], table["max"])]
+    bounds = [bound_text(b, why) for b, why in zip(table["bound"], table["bound_reason"])]
+    return (table.drop(columns=["mean", "min", "max", "exact", "bound", "bound_reason"])
+            .assign(**{column: cells, "bound": bounds}).to_string(index=False))
 
 
 def format_capacity(capacity: pd.DataFrame) -> str:
@@ -225,13 +334,18 @@ def format_ratios(ratios: pd.DataFrame) -> str:
 
 
 def write_tables(capacity: pd.DataFrame, sweep_dir: Path) -> list[Path]:
-    """capacity.csv / .parquet (one row per curve and criterion) and capacity_ratios.csv (per seed)."""
+    """capacity.csv / .parquet (one row per curve and criterion) and capacity_ratios.csv (per seed); logs one
+    warning naming the ended searches whose capacity is only a bound."""
     sweep_dir = Path(sweep_dir)
+    capacity = name_bounds(capacity)
     paths = [sweep_dir / CAPACITY_CSV, sweep_dir / "capacity.parquet", sweep_dir / RATIOS_CSV]
     atomic_write(paths[0], lambda tmp: capacity.to_csv(tmp, index=False))
     write_parquet(capacity, paths[1])
     ratios = ratio_table(capacity)
     atomic_write(paths[2], lambda tmp: ratios.to_csv(tmp, index=False))
+    warning = bound_warning(capacity, unfinished=False)
+    if warning:
+        log.warning("%s: %s", paths[0], warning)
     return paths
 
 
@@ -240,7 +354,7 @@ def read_capacity(sweep_dir: Path) -> pd.DataFrame:
     if not path.is_file():
         raise ValueError(f"{sweep_dir}: no {CAPACITY_CSV}; run the capacity search first "
                          f"(python run.py -m experiment=capacity)")
-    return pd.read_csv(path)
+    return name_bounds(pd.read_csv(path))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,12 +368,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     unfinished = capacity[~capacity["done"].astype(bool)]
     print(f"{args.sweep_dir}: {len(capacity)} searches, {len(unfinished)} unfinished")
-    print("capacity, mean over seeds (min-max); * = some seed's capacity is a bound, not bracketed:")
+    print("capacity, mean over seeds (min-max), and whether it is exact or only a bound (and why):")
     print(format_capacity(capacity))
     ratios = ratio_table(capacity)
     if len(ratios):
         print("paged / baseline capacity, mean over seeds (min-max):")
         print(format_ratios(ratios))
+    warning = bound_warning(capacity)
+    if warning:
+        print(f"warning: {warning}", file=sys.stderr)
     return 0
 
 

@@ -7,7 +7,11 @@ of the table, with the summary's keys as columns plus `run_dir` (relative to
 SWEEP_DIR) and `overrides` (the run's Hydra overrides, as one shell-quoted
 command line). Every other run folder is a failure: its `error.json`
 message, or "unfinished" when it has neither file. Failures are listed apart
-and never enter the table. `request_rate` is NaN for an offline trace (all
+and never enter the table; so is a finished folder that refused a later run
+(`refused.json`: it held another config's or code's run), beside its row.
+A summary's metadata block becomes three columns, `code_version`,
+`git_commit` and `git_dirty`: `code_versions` tells whether a table mixes
+runs of different code. `request_rate` is NaN for an offline trace (all
 requests at t = 0).
 """
 from __future__ import annotations
@@ -21,11 +25,11 @@ import shlex
 import pandas as pd
 import yaml
 
-from results.record.store import SUMMARY
+from results.record.store import ERROR, REFUSED, SUMMARY
 
 ENGINE_ORDER = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
-ERROR = "error.json"
 OVERRIDES = Path(".hydra") / "overrides.yaml"
+PROVENANCE = ("code_version", "git_commit", "git_dirty")   # from each summary's metadata block
 
 
 def engine_rank(engine) -> int:
@@ -51,14 +55,14 @@ def read_overrides(run_dir: Path) -> str:
     return shlex.join(str(item) for item in items)
 
 
-def read_error(run_dir: Path) -> str:
-    path = run_dir / ERROR
+def read_error(run_dir: Path, name: str = ERROR) -> str:
+    path = run_dir / name
     if not path.is_file():
         return f"unfinished: no {SUMMARY} and no {ERROR}"
     try:
         return str(json.loads(path.read_text()).get("error", "no message"))
     except (json.JSONDecodeError, AttributeError) as err:
-        return f"unreadable {ERROR}: {err}"
+        return f"unreadable {name}: {err}"
 
 
 def _scan(sweep_dir: Path) -> tuple[list[dict], list[dict]]:
@@ -75,7 +79,12 @@ def _scan(sweep_dir: Path) -> tuple[list[dict], list[dict]]:
                 failed.append({"run_dir": rel, "error": f"unreadable {SUMMARY}: {err}",
                                "overrides": read_overrides(run_dir)})
                 continue
-            finished.append({**summary, "run_dir": rel, "overrides": read_overrides(run_dir)})
+            meta = summary.pop("metadata", None) or {}
+            finished.append({**summary, **{k: meta.get(k) for k in PROVENANCE}, "run_dir": rel,
+                             "overrides": read_overrides(run_dir)})
+            if (run_dir / REFUSED).is_file():
+                failed.append({"run_dir": rel, "error": "refused: " + read_error(run_dir, REFUSED),
+                               "overrides": read_overrides(run_dir)})
         else:
             failed.append({"run_dir": rel, "error": read_error(run_dir), "overrides": read_overrides(run_dir)})
     return finished, failed
@@ -120,6 +129,23 @@ def collect(sweep_dir: str | Path) -> pd.DataFrame:
     df["run_dir"] = [row["run_dir"] for row in finished]
     df["overrides"] = [row["overrides"] for row in finished]
     return sort_runs(df)
+
+
+def code_versions(df: pd.DataFrame) -> list[str]:
+    """The distinct code versions of a sweep table's runs (runs from before the metadata block: "unknown")."""
+    if "code_version" not in df or not len(df):
+        return []
+    return sorted({str(v) if isinstance(v, str) else "unknown" for v in df["code_version"]})
+
+
+def mixed_code_note(df: pd.DataFrame) -> str | None:
+    """One line when the table's runs come from more than one code version, else None."""
+    versions = code_versions(df)
+    if len(versions) <= 1:
+        return None
+    counts = df["code_version"].fillna("unknown").value_counts()
+    return (f"runs from {len(versions)} code versions are mixed in this table: "
+            + ", ".join(f"{v} ({counts.get(v, 0)} runs)" for v in versions))
 
 
 def collect_failures(sweep_dir: str | Path) -> pd.DataFrame:

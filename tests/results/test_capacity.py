@@ -8,7 +8,8 @@ import sys
 import pandas as pd
 import pytest
 
-from results.sweeps.capacity import Criterion, RateSearch, main, ratio_summary, ratio_table
+from results.sweeps.capacity import (Criterion, RateSearch, capacity_summary, main, ratio_summary, ratio_table,
+                                     write_tables)
 from paths import ROOT
 
 
@@ -78,6 +79,74 @@ def test_ratios_are_per_seed_then_mean_and_spread():
     summary = ratio_summary(ratios).iloc[0]
     assert summary["mean"] == pytest.approx(6.2 / 3) and summary["min"] == 2.0 and summary["max"] == 2.2
     assert summary["seeds"] == 3 and summary["exact"]
+
+
+def bounded_table():
+    """paged never failed up to max_rate on seed 0, static failed already at min_rate, orca-max's search
+    stopped before bracketing (max_rounds), orca-pow2's run failed; the rest exact."""
+    rows = []
+    cases = {("paged", 0): (1000.0, ">=", True, None), ("static", 0): (0.01, "<", True, None),
+             ("orca-max", 0): (8.0, ">=", False, None), ("orca-pow2", 0): (1.0, "<", False, "run at 1 failed")}
+    for seed in (0, 1):
+        for engine in ("static", "orca-max", "orca-pow2", "orca-oracle", "paged"):
+            capacity, bound, done, error = cases.get((engine, seed), (2.0 if engine != "paged" else 4.0, "=", True,
+                                                                      None))
+            rows.append(dict(engine=engine, block_size=16 if engine == "paged" else None, workload="sharegpt",
+                             model="opt-13b", seed=seed, criterion="latency<=0.2s/tok", capacity=capacity,
+                             bound=bound, upper=None, probes=8, done=done, error=error))
+    return pd.DataFrame(rows)
+
+
+def test_a_capacity_that_is_only_a_bound_is_named_in_the_tables_written(tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="pagedbench"):
+        write_tables(bounded_table(), tmp_path)
+    table = pd.read_csv(tmp_path / "capacity.csv", keep_default_na=False)
+    why = {(r.engine, r.seed): (r.capacity_is_bound, r.bound_reason) for r in table.itertuples()}
+    assert why[("paged", 0)] == (True, "max_rate") and why[("static", 0)] == (True, "min_rate")
+    assert why[("orca-max", 0)] == (True, "unfinished") and why[("orca-pow2", 0)] == (True, "run failed")
+    assert why[("paged", 1)] == (False, "") and sum(b for b, _ in why.values()) == 4
+    assert list(table.columns[table.columns.get_loc("bound"):][:3]) == ["bound", "capacity_is_bound", "bound_reason"]
+    ratios = pd.read_csv(tmp_path / "capacity_ratios.csv", keep_default_na=False).set_index(["baseline", "seed"])
+    assert ratios.loc[("orca-oracle", 0), "bound"] == ">=" and ratios.loc[("orca-oracle", 0), "ratio_is_bound"]
+    assert ratios.loc[("orca-oracle", 0), "bound_reason"] == "paged max_rate"
+    assert ratios.loc[("static", 0), "bound"] == ">=" and ratios.loc[("orca-oracle", 1), "bound"] == "="
+    # One warning line per write, naming the searches that ended on a bound (an unfinished one is still open).
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "the capacity of 3 of 10 curves is only a bound" in warnings[0]
+    assert "paged block 16 sharegpt opt-13b seed 0 latency<=0.2s/tok: lower bound 1000 req/s (max_rate)" in warnings[0]
+    assert "static sharegpt opt-13b seed 0 latency<=0.2s/tok: upper bound 0.01 req/s (min_rate)" in warnings[0]
+
+
+def test_summaries_say_which_bound_a_mean_over_seeds_is():
+    caps = capacity_summary(bounded_table()).set_index("engine")
+    assert caps.loc["paged", "bound"] == ">=" and caps.loc["paged", "bound_reason"] == "max_rate (seed 0)"
+    assert caps.loc["static", "bound"] == "<" and caps.loc["orca-oracle", "bound"] == "="
+    assert not caps.loc["paged", "exact"] and caps.loc["orca-oracle", "exact"]
+    ratios = ratio_summary(ratio_table(bounded_table())).set_index("baseline")
+    assert ratios.loc["orca-oracle", "bound"] == ">=" and ratios.loc["static", "bound"] == ">="
+    assert ratios.loc["orca-max", "bound"] == "?"              # paged at least, orca-max at least: either way
+
+
+def test_the_capacity_command_names_bounds_in_words_and_warns_once(tmp_path, capsys):
+    write_tables(bounded_table(), tmp_path)
+    assert main([str(tmp_path)]) == 0
+    captured = capsys.readouterr()
+    lines = {line.split()[0] + " " + line.split()[3]: line for line in captured.out.splitlines()
+             if line.startswith("sharegpt")}
+    assert "lower bound: max_rate (seed 0)" in lines["sharegpt paged"]
+    assert "upper bound: min_rate (seed 0)" in lines["sharegpt static"]
+    assert "lower bound: unfinished (seed 0)" in lines["sharegpt orca-max"]
+    assert lines["sharegpt orca-oracle"].rstrip().endswith("exact") and "*" not in captured.out
+    warnings = [line for line in captured.err.splitlines() if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "the capacity of 4 of 10 curves is only a bound" in warnings[0]
+    assert "orca-max sharegpt opt-13b seed 0 latency<=0.2s/tok: lower bound 8 req/s (unfinished)" in warnings[0]
+
+
+def test_exact_capacities_print_no_warning(tmp_path, capsys):
+    exact = bounded_table().assign(bound="=", done=True, error=None)
+    write_tables(exact, tmp_path)
+    assert main([str(tmp_path)]) == 0
+    assert "warning" not in capsys.readouterr().err
 
 
 def sweep(tmp_path, *extra, launcher="basic", engines="orca_oracle,paged"):

@@ -1,16 +1,22 @@
-"""The sharing sections of the report: read from capacity tables and aggregates, the paper beside ours."""
+"""The sharing sections of the report: read from capacity tables and aggregates, the paper beside ours; parts
+without runs are named, not written as placeholders; capacities that are only bounds say so."""
 import pandas as pd
 
 from results.report import sharing as rs
 
 
-def capacity_rows(workloads, caps, saving):
+def not_run(section):
+    """The commands a section names for its parts without runs."""
+    return [part.command for part in section.not_run]
+
+
+def capacity_rows(workloads, caps, saving, bounds=None):
     rows = []
     for workload, by_engine in zip(workloads, caps):
         for engine, cap in by_engine.items():
             for criterion in ("latency<=0.2s/tok", "goodput>=90%"):
                 rows.append({"engine": engine, "workload": workload, "criterion": criterion, "capacity": cap,
-                             "bound": "=", "seed": 0,
+                             "bound": (bounds or {}).get((workload, engine), "="), "seed": 0, "done": True,
                              "memory_saving_at_capacity": saving if engine == "paged" else 0.0,
                              "batch_size_at_capacity": 10.0})
     return pd.DataFrame(rows)
@@ -22,11 +28,15 @@ def test_sampling_section_sets_ratios_and_the_papers_saving_beside_ours(tmp_path
                          {"orca-max": 0.5, "orca-pow2": 1.0, "orca-oracle": 2.0, "paged": 5.0}], 0.0853)
     (tmp_path / "sampling").mkdir()
     cap.to_csv(tmp_path / "sampling" / "capacity.csv", index=False)
-    text = rs.section_sampling(tmp_path)
+    section = rs.section_sampling(tmp_path)
+    text = section.text
     assert "| n2 | 1 | 2 | 4 | 6 | 6.00x | 3.00x | 1.50x | 8.5 | 6.09 |" in text
     assert "| n4 | 0.5 | 1 | 2 | 5 | 10.00x | 5.00x | 2.50x | 8.5 | 8.53 |" in text
-    assert "Not run: `python run.py -m experiment=beam`" in text
-    assert "Not run: `python run.py -m experiment=saving`" in text
+    # Missing parts are named with their commands, not written as placeholders.
+    assert "python run.py -m experiment=beam" in not_run(section)
+    assert "python run.py -m experiment=saving" in not_run(section)
+    assert section.has_runs and "Not run" not in text and "**Beam search**" not in text
+    assert section.warnings == []                                    # every capacity exact: nothing to warn of
 
 
 def test_prefix_and_chat_sections(tmp_path):
@@ -34,11 +44,12 @@ def test_prefix_and_chat_sections(tmp_path):
     capacity_rows(["translation_1shot", "translation_5shot"],
                   [{"orca-oracle": 2.0, "paged": 3.0}, {"orca-oracle": 1.0, "paged": 3.5}], 0.1).to_csv(
         tmp_path / "prefix" / "capacity.csv", index=False)
-    text = rs.section_prefix(tmp_path)
+    text = rs.section_prefix(tmp_path).text
     assert "| 1shot | n/a | n/a | 2 | 3 | n/a | n/a | 1.50x | 10.0 | 1.67x |" in text
     assert "| 5shot | n/a | n/a | 1 | 3.5 | n/a | n/a | 3.50x | 10.0 | 3.58x |" in text
     assert "generated from stated statistics" in text
-    assert "Not run: `python run.py -m experiment=chat`" in rs.section_chat(tmp_path)
+    chat = rs.section_chat(tmp_path)
+    assert not_run(chat) == ["python run.py -m experiment=chat"] and chat.text == "" and not chat.has_runs
 
 
 def test_swap_section_reads_the_sweep_and_the_benchmark(tmp_path):
@@ -46,9 +57,11 @@ def test_swap_section_reads_the_sweep_and_the_benchmark(tmp_path):
     rows = [{"block_size": bs, "preemption": p, "steady_norm_latency_s_mean": lat, "num_preemptions": 10}
             for bs, p, lat in [(16, "swap", 0.1), (16, "recompute", 0.12), (1, "swap", 0.5), (1, "recompute", 0.12)]]
     pd.DataFrame(rows).to_parquet(tmp_path / "swap" / "aggregate.parquet")
-    text = rs.section_swap(tmp_path, tmp_path / "no_bench")
+    section = rs.section_swap(tmp_path, tmp_path / "no_bench")
+    text = section.text
     assert "| 1 | 0.500 | 10 | 0.120 | 10 |" in text and "| 16 | 0.100 | 10 | 0.120 | 10 |" in text
     assert "Figure 19a on the sim" in text
+    assert section.has_runs and [p.where for p in section.not_run] == [tmp_path / "no_bench"]
 
 
 def test_the_one_hour_check_sets_both_trace_lengths_side_by_side(tmp_path):
@@ -59,3 +72,24 @@ def test_the_one_hour_check_sets_both_trace_lengths_side_by_side(tmp_path):
     text = rs.trace_length_check(tmp_path)
     assert "| n2 | 1.50x | 1.25x |" in text and "workload.duration_s=3600" in text
     assert rs.trace_length_check(tmp_path / "nothing") == ""
+
+
+def test_a_capacity_that_is_only_a_bound_is_named_one(tmp_path):
+    """paged never failed up to max_rate on n2 (>=): its capacity and ratios say "lower bound"; Orca (Max) failed
+    already at min_rate on n4 (<): "upper bound", and paged over it is a lower bound. One warning names them."""
+    (tmp_path / "sampling").mkdir()
+    capacity_rows(["alpaca_synthetic_n2", "alpaca_synthetic_n4"],
+                  [{"orca-max": 1.0, "orca-pow2": 2.0, "orca-oracle": 4.0, "paged": 1000.0},
+                   {"orca-max": 0.01, "orca-pow2": 1.0, "orca-oracle": 2.0, "paged": 5.0}], 0.0853,
+                  bounds={("alpaca_synthetic_n2", "paged"): ">=", ("alpaca_synthetic_n4", "orca-max"): "<"}).to_csv(
+        tmp_path / "sampling" / "capacity.csv", index=False)
+    section = rs.section_sampling(tmp_path)
+    assert ("| n2 | 1 | 2 | 4 | 1e+03, lower bound | 1000.00x, lower bound | 500.00x, lower bound "
+            "| 250.00x, lower bound | 8.5 | 6.09 |") in section.text
+    assert "| n4 | 0.01, upper bound | 1 | 2 | 5 | 500.00x, lower bound | 5.00x | 2.50x | 8.5 | 8.53 |" in section.text
+    assert " *" not in section.text
+    assert len(section.warnings) == 1
+    warning = section.warnings[0]
+    assert "sampling/capacity.csv" in warning and "4 of 16 curves is only a bound" in warning
+    assert "paged alpaca_synthetic_n2 seed 0 latency<=0.2s/tok: lower bound 1000 req/s (max_rate)" in warning
+    assert "orca-max alpaca_synthetic_n4 seed 0 goodput>=90%: upper bound 0.01 req/s (min_rate)" in warning

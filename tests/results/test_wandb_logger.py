@@ -287,3 +287,22 @@ def test_series_chart_sharing_and_swapping_when_recorded():
     # every row of a request decodes a token: 40 prefill + 3 x 8 rows, then 4 x 8, over 2 s each
     np.testing.assert_allclose(s["tokens_per_s"], [(40 + 24) / 2, 32 / 2])
     assert "memory_saving" not in iteration_series(fake_run(8)[0], max_points=2)
+
+
+@pytest.mark.slow
+def test_a_logged_run_carries_its_metadata_in_the_wandb_config(wandb_home, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    import run as entry
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose(config_name="config", overrides=[
+            "backend=sim", "workload=synthetic", "workload.num_requests=10", "progress=false", "logger=wandb",
+            "logger.mode=offline", "logger.project=pagedbench-test"])
+    summary = entry.run(cfg, tmp_path)
+    [folder] = (tmp_path / "wandb").glob("offline-run-*")
+    [run] = [r.run for r in finished_records(folder) if r.WhichOneof("record_type") == "run"]
+    logged = {u.key: json.loads(u.value_json) for u in run.config.update}
+    assert logged["metadata"]["code_version"] == summary["metadata"]["code_version"]
+    assert logged["metadata"]["host"]["cpu_count"] == summary["metadata"]["host"]["cpu_count"]
+    assert "config" not in logged["metadata"]      # the config itself is wandb's config already

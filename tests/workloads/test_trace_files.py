@@ -32,13 +32,16 @@ def test_a_written_trace_replays_exactly(tmp_path, suffix, with_tokens):
     assert replayed == build_workload(WorkloadConfig(name="trace", path=str(path), arrival="trace"))  # seeded ids
 
 
-def test_replay_orders_rows_by_arrival(tmp_path):
+def test_replay_orders_rows_by_arrival_when_asked(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in [
         {"prompt_len": 3, "output_len": 2, "arrival_s": 5.0}, {"prompt_len": 4, "output_len": 1, "arrival_s": 1.0},
         {"prompt_len": 5, "output_len": 7, "arrival_s": 5.0}]))
-    trace = build_workload(WorkloadConfig(name="trace", path=str(path), arrival="trace"))
+    with pytest.raises(ValueError, match="line 2: arrival_s 1 is earlier than line 1's 5"):
+        build_workload(WorkloadConfig(name="trace", path=str(path), arrival="trace"))
+    trace = build_workload(WorkloadConfig(name="trace", path=str(path), arrival="trace", sort_arrivals=True))
     assert lengths(trace) == [(1.0, 4, 1), (5.0, 3, 2), (5.0, 5, 7)]
+    assert [r.id for r in trace] == [1, 0, 2]   # each row keeps its place in the file as its id
 
 
 def test_a_trace_file_is_also_a_pool_of_pairs(tmp_path):

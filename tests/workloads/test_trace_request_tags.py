@@ -79,15 +79,15 @@ def test_the_file_and_the_config_do_not_both_set_sampling(tmp_path):
 @pytest.mark.parametrize("row, message", [
     ({"n": 0}, "n must be a positive integer"),
     ({"beam_width": 1.5}, "beam_width must be a positive integer"),
-    ({"n": 2, "beam_width": 2}, "row 0: a request is either parallel sampling"),
+    ({"n": 2, "beam_width": 2}, "line 1: a request is either parallel sampling"),
     ({"prefix_id": 0}, "prefix_id and prefix_len go together"),
     ({"prefix_len": 2}, "prefix_id and prefix_len go together"),
     ({"prefix_id": -1, "prefix_len": 2}, "prefix_id must be an integer >= 0, or null"),
     ({"prefix_id": "x", "prefix_len": 2}, "prefix_id must be an integer >= 0, or null"),
     ({"prefix_id": 0.5, "prefix_len": 2}, "prefix_id must be an integer >= 0, or null"),
     ({"prefix_id": 0, "prefix_len": -2}, "prefix_len must be an integer >= 0"),
-    ({"prefix_id": 0, "prefix_len": 0}, "row 0: a row with a prefix_id needs a prefix_len > 0"),
-    ({"prefix_id": None, "prefix_len": 3}, "row 0: a row with a prefix_id needs a prefix_len > 0"),
+    ({"prefix_id": 0, "prefix_len": 0}, "line 1: a row with a prefix_id needs a prefix_len > 0"),
+    ({"prefix_id": None, "prefix_len": 3}, "line 1: a row with a prefix_id needs a prefix_len > 0"),
     ({"prefix_id": 0, "prefix_len": 5}, r"prefix_len 5 must be shorter than the prompt \(5 tokens\)"),
 ])
 def test_bad_tag_columns_are_refused_with_the_reason(tmp_path, row, message):
@@ -99,11 +99,11 @@ def test_bad_tag_columns_are_refused_with_the_reason(tmp_path, row, message):
 def test_rows_of_one_prefix_id_share_its_length_and_tokens(tmp_path):
     base = {"prompt_len": 4, "output_len": 2, "prefix_id": 1}
     path = write_rows(tmp_path, [{**base, "prefix_len": 2}, {**base, "prefix_len": 3}])
-    with pytest.raises(ValueError, match="rows 0 and 1 share prefix_id 1 but not its prefix_len"):
+    with pytest.raises(ValueError, match="lines 1 and 2: share prefix_id 1 but not its prefix_len"):
         read_trace(path)
     path = write_rows(tmp_path, [{**base, "prefix_len": 2, "prompt_token_ids": [1, 2, 3, 4]},
                                  {**base, "prefix_len": 2, "prompt_token_ids": [1, 9, 3, 4]}])
-    with pytest.raises(ValueError, match="rows 0 and 1 share prefix_id 1 but not its 2 prefix tokens"):
+    with pytest.raises(ValueError, match="lines 1 and 2: share prefix_id 1 but not its 2 prefix tokens"):
         read_trace(path)
 
 
