@@ -131,6 +131,7 @@ def check_reuse(run_dir: Path, identity: RunIdentity, rerun: bool) -> dict | Non
                               "fingerprint), so it cannot be matched to this config; rerun=true replaces it, "
                               "or choose another folder")
     if record.get("fingerprint") == identity.fingerprint:
+        (run_dir / REFUSED).unlink(missing_ok=True)   # the folder holds what was asked: no refusal stands
         return json.loads((run_dir / SUMMARY).read_text())
     diffs = identity.differences(record)
     shown = "; ".join(diffs[:SHOWN_DIFFERENCES]) + (f"; and {len(diffs) - SHOWN_DIFFERENCES} more"
