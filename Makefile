@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install run test bench clean
+.PHONY: install run test bench device-rehearsal clean
 
 install: $(VENV)/.installed
 
@@ -21,8 +21,12 @@ run: install
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The GPU check's dry run in an environment holding only torch, triton, transformers and numpy.
+device-rehearsal:
+	bash scripts/device_rehearsal.sh
+
 bench: install
 	$(PY) -m pytest tests/benchmarks --benchmark-enable $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) outputs multirun .pytest_cache .benchmarks
+	rm -rf $(VENV) outputs multirun .pytest_cache .benchmarks .rehearsal .device-site

@@ -1,34 +1,45 @@
 #!/usr/bin/env bash
-# Everything pagedbench needs a GPU for, in one call of at most ~8 minutes (each step has a time limit):
-#   1. device, library versions, nvidia-smi
-#   2. tests/kernels natively (Triton compiled for the GPU, not interpreted)
+# Everything pagedbench needs a GPU for, in one call of at most 540 s of step limits (one device command
+# may run 600 s), the most valuable steps first, and the results packed after every step, so a run cut
+# short still brings back what it measured:
+#   1. imports (installing from the carried wheels only what is missing), device, versions  <= 70 s
+#   2. tests/kernels natively (Triton compiled for the GPU, not interpreted)             <= 90 s
 #   3. Figure 18a: paged vs contiguous decode kernel latency, batch 8 and 32, contexts 64-4096, block
 #      sizes 8-256, Triton's pipelining stages 0 (default) / 2 / 4, torch SDPA on the same K/V as an
-#      outside reference, bandwidth against the measured copy ceiling  -> kernels/kernel_bench.{csv,json}
-#   4. a profile of the real backend's iterations (OPT-1.3B, fp16, random weights) and a fitted preset
-#      -> profile/opt-1.3b.parquet, conf/hardware/$PRESET.yaml
-#   5. Figure 19a: swap-out / swap-in latency against block size (pinned host memory) beside the prefill
-#      that recomputation costs, and the host link fitted from it -> swap/swap_bench.{csv,json}
-#   6. the three engines on that model with the Triton kernels, on a short trace file, replayed through
-#      the sim with the fitted preset -> replay/replay.csv (sim vs real: per-iteration MAPE, throughput ...)
+#      outside reference, bandwidth against the measured copy ceiling -> kernels/        <= 110 s
+#   4. a profile of the real backend's iterations (OPT-1.3B, fp16, random weights)
+#      -> profile/opt-1.3b.parquet (rows also in profile/*.csv as measured)             <= 110 s
+#   5. its fitted preset -> preset/$PRESET.yaml                                          <= 20 s
+#   6. Figure 19a: swap-out / swap-in latency against block size (pinned host memory) beside the prefill
+#      that recomputation costs -> swap/                                                 <= 40 s
+#   7. the three engines on that model with the Triton kernels, on a short trace file, replayed through
+#      the sim with the fitted preset -> replay/replay.csv                                <= 100 s
 # Everything lands in OUTDIR and, packed, in OUTDIR/gpu_check.tar.gz (one file to bring back).
 #
 #   bash scripts/gpu_check.sh OUTDIR
 #
-# The GPU machine has no network: hydra-core, omegaconf and antlr4 come as wheels from wheels/
-# (`bash scripts/fetch_wheels.sh` here, then carry wheels/). Its own python3 (torch, triton, transformers,
-# pandas) runs everything; .venv/bin/python is used instead where it exists. Without a GPU, DRY_RUN=1
-# runs every step small on the CPU (tiny model, interpreted kernels) to check the script itself.
+# The device has no network. Its python3 is expected to hold torch, triton, transformers and numpy; any
+# other module the steps import (hydra, omegaconf, antlr4, pandas, pyarrow, pytest ...) is checked first
+# and, where missing, installed from the carried wheels (WHEELS, default wheels/: `bash
+# scripts/fetch_wheels.sh` here) with `pip install --no-index --no-deps --target SITE`, nothing else.
+# PY picks the interpreter (default: .venv/bin/python where it exists, else python3). Without a GPU,
+# DRY_RUN=1 runs every step small on the CPU (tiny model, interpreted kernels) to check the script, and
+# prints each GPU step's planned peak device memory on the H200; `make device-rehearsal` runs that dry
+# run in an environment holding only what the device is sure to have.
 set -u
 export PYTHONUNBUFFERED=1
 OUTDIR="${1:?usage: bash scripts/gpu_check.sh OUTDIR}"
 cd "$(dirname "$0")/.."
 mkdir -p "$OUTDIR"
 OUTDIR="$(cd "$OUTDIR" && pwd)"
-PY=python3
-[ -x .venv/bin/python ] && PY="$(pwd)/.venv/bin/python"
+if [ -z "${PY:-}" ]; then
+    PY=python3
+    [ -x .venv/bin/python ] && PY="$(pwd)/.venv/bin/python"
+fi
+WHEELS="${WHEELS:-wheels}"
+SITE="${SITE:-$(pwd)/.device-site}"
 DRY_RUN="${DRY_RUN:-0}"
-TRACE="${TRACE:-data/traces/sharegpt_64_seed2.jsonl}"
+TRACE="${TRACE:-data/traces/sharegpt_16_seed2.jsonl}"   # the first 16 requests of sharegpt_64_seed2
 if [ "$DRY_RUN" = 1 ]; then
     MODEL=tiny; DTYPE=float32; PRESET=dry-run-fitted; PROFILE_ARGS="--quick --repeats 2"
     BENCH_ARGS="--batches 2 --context-lens 64 --block-sizes 8 16 --num-stages 0 2"; KV="backend.cpu_kv_budget_mib=64"
@@ -56,17 +67,43 @@ step() {   # step NAME TIMEOUT_S COMMAND...
     if [ "$rc" -eq 124 ]; then verdict="TIMED OUT after ${limit}s"; elif [ "$rc" -ne 0 ]; then verdict="FAILED (exit $rc)"; fi
     [ "$rc" -ne 0 ] && FAILED=$((FAILED + 1))
     printf '   %-12s %-24s %4ss\n' "$name" "$verdict" "$took" | tee -a "$SUMMARY"
+    pack
 }
-pack() {
-    tar -czf "$OUTDIR/gpu_check.tar.gz" -C "$OUTDIR" --exclude gpu_check.tar.gz . 2>/dev/null
-    echo "packed: $OUTDIR/gpu_check.tar.gz"
+pack() {   # after every step: whatever is measured so far, in one file
+    tar -czf "$OUTDIR/gpu_check.tar.gz.tmp" -C "$OUTDIR" --exclude gpu_check.tar.gz --exclude gpu_check.tar.gz.tmp . \
+        2>/dev/null && mv "$OUTDIR/gpu_check.tar.gz.tmp" "$OUTDIR/gpu_check.tar.gz"
 }
 
-if ! "$PY" -c "import hydra, omegaconf" 2> /dev/null; then
-    step wheels 60 "$PY" -m pip install --no-index --no-build-isolation --find-links wheels \
-        hydra-core omegaconf antlr4-python3-runtime
-fi
-step device 60 "$PY" -c "
+# Modules the steps import beyond torch, triton, transformers and numpy, each with the wheels it takes.
+MODULES="hydra:hydra_core omegaconf:omegaconf antlr4:antlr4_python3_runtime yaml:- tqdm:-
+dateutil:python_dateutil,six pytz:pytz pandas:pandas,tzdata pyarrow:pyarrow
+pluggy:pluggy iniconfig:iniconfig pytest:pytest cpuinfo:py_cpuinfo pytest_benchmark:pytest_benchmark"
+install_missing() {
+    local missing="" wheels="" entry module dists dist found
+    for entry in $MODULES; do
+        module="${entry%%:*}"; dists="${entry#*:}"
+        PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c "import $module" 2> /dev/null && continue
+        missing="$missing $module"
+        [ "$dists" = "-" ] && { echo "missing $module, which no carried wheel provides"; return 1; }
+        for dist in ${dists//,/ }; do
+            found=$(ls "$WHEELS"/"$dist"-*.whl 2> /dev/null | head -1)
+            [ -n "$found" ] || { echo "missing $module and no $dist wheel in $WHEELS (bash scripts/fetch_wheels.sh)"; return 1; }
+            wheels="$wheels $found"
+        done
+    done
+    if [ -z "$missing" ]; then echo "every module is there; nothing to install"; return 0; fi
+    echo "missing:$missing; installing into $SITE:$wheels"
+    "$PY" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --target "$SITE" $wheels
+}
+export -f install_missing
+export MODULES WHEELS SITE PY
+step wheels 30 bash -c install_missing
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+step imports 20 "$PY" -c "
+import run, studies.kernel_bench, studies.profile, studies.fit, studies.swap_bench, studies.replay
+import workloads.write_trace, pytest, pytest_benchmark
+print('every module the steps run imports')"
+step device 20 "$PY" -c "
 import os, torch, triton, transformers
 print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__,
       'transformers', transformers.__version__)
@@ -76,7 +113,7 @@ elif os.environ.get('DRY_RUN') != '1':
     raise SystemExit('no CUDA device visible to torch (DRY_RUN=1 checks the script on a CPU)')"
 if [ "$FAILED" -ne 0 ]; then
     echo "no usable device or libraries: nothing else to check (see $OUTDIR/*.log)" | tee -a "$SUMMARY"
-    pack; exit 2
+    exit 2
 fi
 command -v nvidia-smi > /dev/null && nvidia-smi > "$OUTDIR/nvidia-smi.log" 2>&1
 if [ "$DRY_RUN" = 1 ]; then   # a trace small enough for the real backend on a CPU
@@ -87,18 +124,20 @@ fi
 
 KERNEL_TESTS=tests/kernels
 [ "$DRY_RUN" = 1 ] && KERNEL_TESTS="tests/kernels/test_decode_attention.py -k stages"
-step kernel_tests 120 "$PY" -m pytest $KERNEL_TESTS -q -p no:cacheprovider --junitxml="$OUTDIR/kernel_tests.xml"
-step kernel_bench 150 "$PY" -m studies.kernel_bench --out "$OUTDIR/kernels" $BENCH_ARGS
-step profile "${PROFILE_LIMIT:-90}" "$PY" -m studies.profile --model "$MODEL" --dtype "$DTYPE" $PROFILE_ARGS \
+# pytest.ini options of the project (--benchmark-disable) need pytest-benchmark: carried when missing.
+step kernel_tests 90 "$PY" -m pytest $KERNEL_TESTS -q -p no:cacheprovider --junitxml="$OUTDIR/kernel_tests.xml"
+step kernel_bench 110 "$PY" -m studies.kernel_bench --out "$OUTDIR/kernels" $BENCH_ARGS
+step profile "${PROFILE_LIMIT:-110}" "$PY" -m studies.profile --model "$MODEL" --dtype "$DTYPE" $PROFILE_ARGS \
     --out "$OUTDIR/profile/$MODEL.parquet"
-step fit 30 "$PY" -m studies.fit "$OUTDIR/profile/$MODEL.parquet" --base h200 --name "$PRESET"
-step swap_bench 60 "$PY" -m studies.swap_bench --model "$MODEL" --tokens "$SWAP_TOKENS" --out "$OUTDIR/swap"
+step fit 20 "$PY" -m studies.fit "$OUTDIR/profile/$MODEL.parquet" --base h200 --name "$PRESET"
 mkdir -p "$OUTDIR/preset" && cp "conf/hardware/$PRESET.yaml" "$OUTDIR/preset/" 2>/dev/null
-step replay 150 "$PY" -m studies.replay "$TRACE" --model "$MODEL" --hardware "$PRESET" \
+step swap_bench 40 "$PY" -m studies.swap_bench --model "$MODEL" --tokens "$SWAP_TOKENS" --out "$OUTDIR/swap"
+step replay 100 "$PY" -m studies.replay "$TRACE" --model "$MODEL" --hardware "$PRESET" \
     --engines static,orca_max,paged --out "$OUTDIR/replay" --real "$KV"
 
 [ "$DRY_RUN" = 1 ] && rm -f "conf/hardware/$PRESET.yaml"   # a dry run's preset is not a measurement
 echo "$FAILED failed step(s)" >> "$SUMMARY"
 echo; echo "== summary"; grep -v '^==' "$SUMMARY"
 pack
+echo "packed: $OUTDIR/gpu_check.tar.gz"
 [ "$FAILED" -eq 0 ]

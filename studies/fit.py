@@ -2,15 +2,15 @@
 
     python -m studies.fit data/profiles/cpu_tiny.parquet --base cpu --name cpu-tiny
 
-Each profiled iteration i has features x_i (its rows, tokens, prefill pairs,
-decode context tokens by layout, paged blocks touched; see FEATURES) and a
-measured time t_i. The fit is non-negative least squares on relative error,
-min ||(X c - t) / t|| with c >= 0 (Lawson and Hanson's active-set method),
-so a 4 ms shape counts as much as a 60 ms one and no coefficient can be
-negative (each is a cost). The preset written is the base preset's numbers
-(memory, for the KV budget) plus a `fitted` block: the coefficients, the
-model they hold for, and where they came from (profile file, its device and
-date, the fit's residuals).
+Each profiled iteration i has features x_i (whether it is a prefill, its rows,
+tokens, prefill pairs, decode context tokens by layout, paged blocks touched;
+see FEATURES) and a measured time t_i. The fit is non-negative least squares
+on relative error, min ||(X c - t) / t|| with c >= 0 (Lawson and Hanson's
+active-set method, on unit-norm columns), so a 4 ms shape counts as much as
+a 60 ms one and no coefficient can be negative (each is a cost). The preset
+written is the base preset's numbers (memory, for the KV budget) plus a
+`fitted` block: the coefficients, the model they hold for, and where they
+came from (profile file, its device and date, the fit's residuals).
 """
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ import yaml
 from engines.specs.presets import available
 from paths import CONF
 
-# Feature -> what one unit of it costs (seconds): the linear cost model of engines/sim/cost_model.py.
+# Feature -> what one unit of it costs (seconds): the linear cost model of engines/sim/linear_cost.py.
 FEATURES = {
     "overhead_s": "every iteration",
+    "prefill_iteration_s": "every iteration that holds a prefill, once",
     "per_row_s": "each sequence in the batch (sampling, per-sequence work)",
     "per_token_s": "each token computed (linear layers)",
     "prefill_pair_s": "each prefill query-key pair, sum of L * (L + 1)",
@@ -43,39 +44,48 @@ FEATURES = {
 def design_matrix(df: pd.DataFrame) -> np.ndarray:
     """Features of each profiled iteration, in FEATURES order."""
     paged = (df["layout"] == "paged").to_numpy()
+    prefill = (df["kind"] == "prefill").to_numpy(dtype=float)
     ctx = df["decode_ctx"].to_numpy(dtype=float)
     return np.column_stack([
-        np.ones(len(df)), df["rows"].to_numpy(dtype=float), df["tokens"].to_numpy(dtype=float),
+        np.ones(len(df)), prefill, df["rows"].to_numpy(dtype=float), df["tokens"].to_numpy(dtype=float),
         df["prefill_pairs"].to_numpy(dtype=float), np.where(paged, 0.0, ctx), np.where(paged, ctx, 0.0),
         df["decode_blocks"].to_numpy(dtype=float),
     ])
 
 
 def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
-    """argmin ||a x - b||_2 subject to x >= 0 (Lawson-Hanson active set)."""
+    """argmin ||a x - b||_2 subject to x >= 0 (Lawson-Hanson active set, on unit-norm columns).
+
+    A profile's relative-error design has columns a million times apart (prefill pairs against the
+    constant), so the solve runs on a / ||a_j|| and scales the answer back: its tolerances then compare
+    numbers of b's size, and a larger profile no longer drops a real term as if it were rounding.
+    """
     m, n = a.shape
+    scale = np.linalg.norm(a, axis=0)
+    scale[scale == 0] = 1.0
+    u = a / scale
+    tol = 10 * np.finfo(float).eps * max(m, n) * max(float(np.linalg.norm(b)), np.finfo(float).tiny)
     x = np.zeros(n)
     passive = np.zeros(n, dtype=bool)
-    w = a.T @ (b - a @ x)
-    tol = 10 * np.finfo(float).eps * np.linalg.norm(a, 1) * max(m, n)
+    w = u.T @ b
     for _ in range(max_iter or 3 * n):
-        if passive.all() or w[~passive].max() <= tol:
+        candidates = ~passive & (w > tol)
+        if not candidates.any():
             break
-        j = np.argmax(np.where(passive, -np.inf, w))
-        passive[j] = True
+        passive[np.argmax(np.where(candidates, w, -np.inf))] = True
         while True:
             z = np.zeros(n)
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if z[passive].min() > 0:
+            z[passive] = np.linalg.lstsq(u[:, passive], b, rcond=None)[0]
+            if (z[passive] > 0).all():
                 break
-            bad = passive & (z <= 0)
+            bad = passive & (z <= 0)                # step back to where the first of them reaches 0
             alpha = np.min(x[bad] / (x[bad] - z[bad]))
             x = x + alpha * (z - x)
             passive &= x > tol
             x[~passive] = 0.0
         x = z
-        w = a.T @ (b - a @ x)
-    return x
+        w = u.T @ (b - u @ x)
+    return x / scale
 
 
 def fit(df: pd.DataFrame) -> tuple[dict[str, float], dict]:
@@ -136,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     for key, value in coef.items():
-        print(f"  {key:<18} {value:.4g}   ({FEATURES[key]})")
+        print(f"  {key:<20} {value:.4g}   ({FEATURES[key]})")
     print(f"fit on {residuals['rows']} profiled iterations: MAPE {100 * residuals['mape']:.1f}%, "
           f"worst {100 * residuals['max_abs_error']:.1f}%")
     print(out)

@@ -1,6 +1,7 @@
 """The fitted cost model: iteration time as a sum of linear terms measured on the real backend.
 
-    t = overhead + per_row * rows + per_token * tokens + prefill_pair * sum(L * (L + 1))
+    t = overhead + prefill_iteration * (1 if the batch holds a prefill else 0)
+        + per_row * rows + per_token * tokens + prefill_pair * sum(L * (L + 1))
         + contiguous_ctx * context tokens                        (contiguous layout)
         + paged_ctx * context tokens + paged_block * blocks read (paged layout, by block size)
 
@@ -8,6 +9,7 @@ The coefficients come from a hardware preset's `fitted` block, written by
 `python -m studies.fit` from a profile of one model on one device; they
 hold for that model only, so another model is refused. Like the roofline it
 sees only the batch's shape and the KV layout, the same for every engine.
+A preset fitted before a term existed loads with that term at 0 (OPTIONAL_TERMS).
 """
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from engines.specs.model import ModelSpec
 
 TERMS = ("overhead_s", "per_row_s", "per_token_s", "prefill_pair_s", "contiguous_ctx_s", "paged_ctx_s",
          "paged_block_s")
+# Terms added since the first fitted presets, with the value an older preset (which lacks them) implies.
+OPTIONAL_TERMS = {"prefill_iteration_s": 0.0}
 
 
 class LinearCostModel:
@@ -29,7 +33,8 @@ class LinearCostModel:
         missing = [t for t in TERMS if t not in fitted]
         if missing:
             raise ValueError(f"hardware preset {hw.name!r}: fitted block lacks {missing}")
-        bad = [t for t in TERMS if not isinstance(fitted[t], (int, float)) or fitted[t] < 0]
+        c = {t: fitted[t] for t in TERMS} | {t: fitted.get(t, default) for t, default in OPTIONAL_TERMS.items()}
+        bad = [t for t, v in c.items() if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0]
         if bad:
             raise ValueError(f"hardware preset {hw.name!r}: fitted terms must be numbers >= 0: {bad}")
         if fitted.get("model") not in (None, model.name):
@@ -37,7 +42,7 @@ class LinearCostModel:
                              f"{model.name!r}: profile and fit that model (python -m studies.profile, "
                              f"python -m studies.fit)")
         self.model, self.hw, self.block_size = model, hw, block_size
-        self.c = {t: float(fitted[t]) for t in TERMS}
+        self.c = {t: float(v) for t, v in c.items()}
 
     def iteration_time(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int],
                        prefill_cached: Sequence[int] = ()) -> float:
@@ -63,6 +68,7 @@ class LinearCostModel:
             decode = c["contiguous_ctx_s"] * ctx
         return {
             "overhead": c["overhead_s"],
+            "prefill_iteration": c["prefill_iteration_s"] if len(prefill_lens) else 0.0,
             "rows": c["per_row_s"] * (len(prefill_lens) + len(decode_context_lens)),
             "tokens": c["per_token_s"] * tokens,
             "attention_prefill": c["prefill_pair_s"] * pairs,

@@ -1,5 +1,6 @@
 """The cost model's fit: NNLS, recovery of known coefficients from a synthetic profile, the preset it
-writes, the fitted model in the sim, and the paged-kernel penalty of the datasheet presets."""
+writes, the fitted model in the sim (the prefill-iteration term, older presets without it), and the
+paged-kernel penalty of the datasheet presets. NNLS against exhaustive enumeration: test_fit_nnls.py."""
 import dataclasses
 
 import numpy as np
@@ -10,12 +11,12 @@ import yaml
 from engines.sim.build import build_cost_model
 from engines.sim.cost_model import CostModel, blocks_read
 from studies.fit import FEATURES, design_matrix, fit, nnls, write_preset
-from engines.sim.linear_cost import LinearCostModel
+from engines.sim.linear_cost import OPTIONAL_TERMS, TERMS, LinearCostModel
 from engines.specs.hardware import HardwareSpec
 from engines.specs.presets import load_hardware, load_model
-from paths import CONF
+from paths import CONF, PROFILES
 
-TRUE = {"overhead_s": 3e-3, "per_row_s": 2e-4, "per_token_s": 5e-5, "prefill_pair_s": 1e-8,
+TRUE = {"overhead_s": 3e-3, "prefill_iteration_s": 4e-3, "per_row_s": 2e-4, "per_token_s": 5e-5, "prefill_pair_s": 1e-8,
         "contiguous_ctx_s": 4e-7, "paged_ctx_s": 5e-7, "paged_block_s": 2e-6}
 
 
@@ -81,6 +82,46 @@ def test_written_preset_loads_and_times_like_the_fitted_model(tmp_path):
     assert contiguous.iteration_time([], [10, 33, 47]) < paged.iteration_time([], [10, 33, 47])
     with pytest.raises(ValueError, match="fitted for model 'tiny', not 'opt-13b'"):
         build_cost_model(load_model("opt-13b"), hw)
+
+
+def test_the_fit_and_the_model_name_the_same_terms():
+    assert set(FEATURES) == set(TERMS) | set(OPTIONAL_TERMS)
+
+
+def fitted_hw(**fitted) -> HardwareSpec:
+    base = load_hardware("cpu")
+    return dataclasses.replace(base, name="cpu-test", fitted={"model": "tiny", **fitted})
+
+
+def test_the_prefill_term_is_charged_once_per_iteration_that_holds_a_prefill():
+    cm = LinearCostModel(load_model("tiny"), fitted_hw(**TRUE))
+    one = TRUE["overhead_s"] + TRUE["prefill_iteration_s"] + TRUE["per_row_s"] + 16 * TRUE["per_token_s"] \
+        + TRUE["prefill_pair_s"] * 16 * 17
+    assert cm.iteration_time([16], []) == pytest.approx(one, rel=1e-12)
+    assert cm.breakdown([16, 16], [])["prefill_iteration"] == TRUE["prefill_iteration_s"]   # once, not per prompt
+    assert cm.breakdown([16], [40, 50])["prefill_iteration"] == TRUE["prefill_iteration_s"]  # a mixed batch too
+    assert cm.breakdown([], [40, 50])["prefill_iteration"] == 0.0
+    assert sum(cm.breakdown([16], [40]).values()) == pytest.approx(cm.iteration_time([16], [40]), rel=1e-12)
+
+
+def test_a_preset_fitted_before_the_prefill_term_loads_with_it_at_zero():
+    older = {k: v for k, v in TRUE.items() if k != "prefill_iteration_s"}
+    old, new = (LinearCostModel(load_model("tiny"), fitted_hw(**f)) for f in (older, TRUE))
+    assert old.c["prefill_iteration_s"] == 0.0
+    assert new.iteration_time([16], []) - old.iteration_time([16], []) == pytest.approx(TRUE["prefill_iteration_s"])
+    assert new.iteration_time([], [40]) == old.iteration_time([], [40])
+    with pytest.raises(ValueError, match="prefill_iteration_s"):
+        LinearCostModel(load_model("tiny"), fitted_hw(**{**TRUE, "prefill_iteration_s": -1e-3}))
+    with pytest.raises(ValueError, match="lacks \\['overhead_s'\\]"):
+        LinearCostModel(load_model("tiny"), fitted_hw(**{k: v for k, v in TRUE.items() if k != "overhead_s"}))
+
+
+def test_the_committed_cpu_preset_predicts_the_short_prefill_it_was_fitted_on():
+    """The 16-token single prefill (9.5 ms measured) was predicted at 4.9 ms before the prefill term."""
+    df = pd.read_parquet(PROFILES / "cpu_tiny.parquet")
+    row = df[(df["kind"] == "prefill") & (df["rows"] == 1) & (df["tokens"] == 16)].iloc[0]
+    predicted = build_cost_model(load_model("tiny"), load_hardware("cpu-tiny")).iteration_time([16], [])
+    assert predicted == pytest.approx(row["time_s"], rel=0.15)
 
 
 def test_datasheet_presets_charge_the_papers_paged_kernel_penalty():
