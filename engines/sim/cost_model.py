@@ -60,6 +60,9 @@ def blocks_read(decode_context_lens: Sequence[int], block_size: int) -> int:
 
 
 class CostModel:
+    # The roofline's per-iteration overhead (hw.iteration_overhead_s) already stands for the host's
+    # scheduling: no separate time between iterations (a fitted model may measure one).
+    scheduler_s = 0.0
     __slots__ = ("model", "hw", "block_size", "_block_tokens", "_overhead_s",
                  "_linear_flop_s", "_linear_weight_s", "_linear_io_s", "_elementwise_s",
                  "_prefill_pair_s", "_prefill_io_s", "_ctx_flop_s", "_ctx_byte_s", "_decode_io_s",

@@ -1,7 +1,8 @@
 """The simulated executor: each iteration takes as long as the cost model says, on a virtual clock.
 
 An iteration's time is the cost model's time for its batch, plus the KV
-data it moves first: device copies (copy-on-write, contiguous forks) and
+data it moves first (and, between iterations, the host time a fitted preset
+measured on the real backend, `scheduler_s`): device copies (copy-on-write, contiguous forks) and
 swaps (`TransferModel`). A beam search's surviving beams come from the
 seeded `BeamModel`.
 """
@@ -30,7 +31,9 @@ class SimExecutor:
         return self.clock
 
     def execute(self, batch: Batch) -> float:
-        """Advance the virtual clock by the iteration's modelled time; return that time."""
+        """Advance the virtual clock by the host's time since the last iteration (the cost model's
+        `scheduler_s`, 0 unless measured), then by the iteration's modelled time; return the latter."""
+        self.clock += self.cost_model.scheduler_s
         if batch.prefill_cached:
             duration = self.cost_model.iteration_time(batch.computed_prefill_lens, batch.decode_context_lens,
                                                       batch.prefill_cached)

@@ -10,6 +10,12 @@ The coefficients come from a hardware preset's `fitted` block, written by
 hold for that model only, so another model is refused. Like the roofline it
 sees only the batch's shape and the KV layout, the same for every engine.
 A preset fitted before a term existed loads with that term at 0 (OPTIONAL_TERMS).
+
+`scheduler_s` (optional, 0 by default) is the host's time between two
+iterations on the real backend (scheduling, bookkeeping, recording), which
+the profile of `execute` alone does not see; `python -m studies.replay`
+measures it on its real runs, the same for every engine. The sim's executor
+advances its clock by it before each iteration.
 """
 from __future__ import annotations
 
@@ -26,7 +32,7 @@ OPTIONAL_TERMS = {"prefill_iteration_s": 0.0}
 
 
 class LinearCostModel:
-    __slots__ = ("model", "hw", "block_size", "c")
+    __slots__ = ("model", "hw", "block_size", "c", "scheduler_s")
 
     def __init__(self, model: ModelSpec, hw: HardwareSpec, block_size: int | None = None):
         fitted = hw.fitted or {}
@@ -41,8 +47,12 @@ class LinearCostModel:
             raise ValueError(f"hardware preset {hw.name!r} was fitted for model {fitted['model']!r}, not "
                              f"{model.name!r}: profile and fit that model (python -m studies.profile, "
                              f"python -m studies.fit)")
+        scheduler_s = fitted.get("scheduler_s", 0.0)
+        if isinstance(scheduler_s, bool) or not isinstance(scheduler_s, (int, float)) or scheduler_s < 0:
+            raise ValueError(f"hardware preset {hw.name!r}: fitted scheduler_s must be a number >= 0")
         self.model, self.hw, self.block_size = model, hw, block_size
         self.c = {t: float(v) for t, v in c.items()}
+        self.scheduler_s = float(scheduler_s)
 
     def iteration_time(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int],
                        prefill_cached: Sequence[int] = ()) -> float:

@@ -150,3 +150,22 @@ def test_more_work_is_never_cheaper(batch, which, extra, index, grow):
         longer = list(decode)
         longer[index % len(longer)] += grow
         assert cm.iteration_time(prefill, longer) >= t
+
+
+def test_a_fitted_presets_scheduler_time_is_charged_between_iterations():
+    from engines.batch import Batch
+    from engines.sim.executor import SimExecutor
+    from engines.sim.linear_cost import LinearCostModel
+
+    hw = load_hardware("cpu-tiny")
+    tiny = load_model("tiny")
+    base = LinearCostModel(tiny, hw)
+    assert base.scheduler_s == 0.0 and CostModel.scheduler_s == 0.0   # nothing measured: no gap
+    timed = LinearCostModel(tiny, dataclasses.replace(hw, fitted={**hw.fitted, "scheduler_s": 0.002}))
+    executor = SimExecutor(timed)
+    batch = Batch(decode=[], decode_context_lens=[64, 64])
+    duration = executor.execute(batch)
+    assert duration == pytest.approx(base.iteration_time([], [64, 64]))   # the iteration's own time
+    assert executor.now() == pytest.approx(0.002 + duration)               # the clock also ran the gap
+    with pytest.raises(ValueError, match="scheduler_s"):
+        LinearCostModel(tiny, dataclasses.replace(hw, fitted={**hw.fitted, "scheduler_s": -1}))
