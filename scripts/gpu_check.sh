@@ -24,7 +24,7 @@
 # scripts/fetch_wheels.sh` here) with `pip install --no-index --no-deps --target SITE`, nothing else.
 # PY picks the interpreter (default: .venv/bin/python where it exists, else python3). Without a GPU,
 # DRY_RUN=1 runs every step small on the CPU (tiny model, interpreted kernels) to check the script, and
-# prints each GPU step's planned peak device memory on the H200; `make device-rehearsal` runs that dry
+# prints each GPU step's planned peak device memory on the H200 (`--plan h200`); `make device-rehearsal` runs that dry
 # run in an environment holding only what the device is sure to have.
 set -u
 export PYTHONUNBUFFERED=1
@@ -122,6 +122,13 @@ if [ "$DRY_RUN" = 1 ]; then   # a trace small enough for the real backend on a C
         prompt_dist.high=32 output_dist.kind=uniform output_dist.low=2 output_dist.high=8
 fi
 
+if [ "$DRY_RUN" = 1 ]; then   # what the GPU steps will hold at their peak on the H200, computed, not run
+    step plan 60 bash -c "set -e
+        $PY -m studies.kernel_bench --num-stages 0 2 4 --plan h200
+        $PY -m studies.profile --model opt-1.3b --dtype float16 --plan h200
+        $PY -m studies.swap_bench --model opt-1.3b --tokens 2048 --plan h200"
+fi
+
 KERNEL_TESTS=tests/kernels
 [ "$DRY_RUN" = 1 ] && KERNEL_TESTS="tests/kernels/test_decode_attention.py -k stages"
 # pytest.ini options of the project (--benchmark-disable) need pytest-benchmark: carried when missing.
@@ -129,7 +136,9 @@ step kernel_tests 90 "$PY" -m pytest $KERNEL_TESTS -q -p no:cacheprovider --juni
 step kernel_bench 110 "$PY" -m studies.kernel_bench --out "$OUTDIR/kernels" $BENCH_ARGS
 step profile "${PROFILE_LIMIT:-110}" "$PY" -m studies.profile --model "$MODEL" --dtype "$DTYPE" $PROFILE_ARGS \
     --out "$OUTDIR/profile/$MODEL.parquet"
-step fit 20 "$PY" -m studies.fit "$OUTDIR/profile/$MODEL.parquet" --base h200 --name "$PRESET"
+PROFILE_TABLE="$OUTDIR/profile/$MODEL.parquet"   # or, if the profile was cut short, the rows it measured
+[ -f "$PROFILE_TABLE" ] || PROFILE_TABLE="$OUTDIR/profile/$MODEL.rows.csv"
+step fit 20 "$PY" -m studies.fit "$PROFILE_TABLE" --base h200 --name "$PRESET"
 mkdir -p "$OUTDIR/preset" && cp "conf/hardware/$PRESET.yaml" "$OUTDIR/preset/" 2>/dev/null
 step swap_bench 40 "$PY" -m studies.swap_bench --model "$MODEL" --tokens "$SWAP_TOKENS" --out "$OUTDIR/swap"
 step replay 100 "$PY" -m studies.replay "$TRACE" --model "$MODEL" --hardware "$PRESET" \

@@ -132,12 +132,13 @@ def write_preset(coef: dict, residuals: dict, env: dict, profile_path: Path, bas
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.fit", description=__doc__.splitlines()[0])
-    parser.add_argument("profile", type=Path, help="a profile table from python -m studies.profile")
+    parser.add_argument("profile", type=Path, help="a profile table from python -m studies.profile (.parquet, or "
+                        "the .rows.csv it appends to as it measures, when a run was cut short)")
     parser.add_argument("--base", required=True, help="the hardware preset whose memory and datasheet numbers to keep")
     parser.add_argument("--name", required=True, help="the new preset's name: conf/hardware/NAME.yaml")
     args = parser.parse_args(argv)
     try:
-        df = pd.read_parquet(args.profile)
+        df = pd.read_csv(args.profile) if args.profile.suffix == ".csv" else pd.read_parquet(args.profile)
         env_path = args.profile.with_suffix(".json")
         env = json.loads(env_path.read_text()) if env_path.is_file() else {}
         coef, residuals = fit(df)
