@@ -42,8 +42,10 @@ def test_replay_runs_both_backends_on_the_same_schedule(tmp_path, capsys):
     table = pd.read_csv(out / "replay.csv")
     assert list(table["engine"]) == ["orca-max", "paged"] and table["same_schedule"].all()
     assert (table["iteration_mape_pct"] >= 0).all()
-    for engine in ("orca_max", "paged"):   # both backends served the same memory
-        real = json.loads((out / engine / "real" / "summary.json").read_text())
+    for engine in ("orca_max", "paged"):   # both backends served the same memory; the real one twice
         sim = json.loads((out / engine / "sim" / "summary.json").read_text())
-        assert sim["kv_budget_slots"] == real["kv_budget_slots"] and sim["num_finished"] == real["num_finished"] == 8
+        for k in (1, 2):
+            real = json.loads((out / engine / f"real_{k}" / "summary.json").read_text())
+            assert sim["kv_budget_slots"] == real["kv_budget_slots"]
+            assert sim["num_finished"] == real["num_finished"] == 8
     assert "per-iteration MAPE" in capsys.readouterr().out

@@ -4,6 +4,7 @@ import json
 import pytest
 
 import studies.replay as study
+import studies.replay_runs as replay_runs
 from paths import TRACES
 
 TRACE = TRACES / "sharegpt_64_seed2.jsonl"
@@ -11,14 +12,20 @@ TRACE = TRACES / "sharegpt_64_seed2.jsonl"
 
 @pytest.fixture
 def runs(monkeypatch):
-    """The runs the study starts: none really; the first one stops it (exit 1)."""
+    """The runs the study starts: none really; the first real backend it builds stops it (exit 1). A
+    profile would start before it: that fails the test."""
     started = []
 
-    def run(overrides, run_dir, rerun):
-        started.append(overrides)
+    def build_real(backend, model, engine, limits, loaded=None):
+        started.append((engine.label, model.name, limits.max_num_seqs, backend.kv_budget_mib))
         raise RuntimeError("stopped before running (test)")
 
-    monkeypatch.setattr(study, "run", run)
+    def no_profile(*args, **kwargs):
+        raise AssertionError("profiled although --hardware was given")
+
+    monkeypatch.setattr(replay_runs, "load_real_model", lambda backend, spec: None)
+    monkeypatch.setattr(replay_runs, "build_real", build_real)
+    monkeypatch.setattr(study, "profile_phase", no_profile)
     return started
 
 
@@ -67,6 +74,5 @@ def test_every_problem_found_is_reported(runs, capsys):
 def test_good_arguments_reach_the_first_real_run(runs, capsys, tmp_path):
     assert study.main([str(TRACE), "--hardware", "cpu", "--engines", "paged", "--out", str(tmp_path),
                        "limits.max_num_seqs=4", "--real", "backend.kv_budget_mib=8"]) == 1
-    assert runs == [["backend=real", "engine=paged", "model=tiny", "workload=trace", f"workload.path={TRACE}",
-                     "limits.max_num_seqs=4", "backend.kv_budget_mib=8"]]
-    assert capsys.readouterr().err.startswith("error: stopped before running (test)")
+    assert runs == [("paged", "tiny", 4, 8)]
+    assert capsys.readouterr().err.splitlines()[-1] == "error: stopped before running (test)"
