@@ -19,6 +19,7 @@ import argparse
 from dataclasses import dataclass, field
 import json
 import math
+import re
 from pathlib import Path
 import shutil
 import sys
@@ -555,6 +556,42 @@ def write_report(report: Report, figures: Path, out: Path, force: bool = False) 
     return out
 
 
+def sections_by_heading(text: str) -> list[str]:
+    """`text` cut before each line that opens a `## ` section (the first piece is what precedes them all)."""
+    return re.split(r"(?m)^(?=## )", text)
+
+
+def replace_sections(old: str, new: str, prefixes: list[str]) -> str:
+    """`old` with each `## ` section whose heading starts with one of `prefixes` replaced by `new`'s section of
+    that heading, everything else kept as it was; ValueError when either text lacks exactly one such section."""
+    blocks, fresh = sections_by_heading(old), sections_by_heading(new)
+    for prefix in prefixes:
+        here = [i for i, b in enumerate(blocks) if b.startswith("## " + prefix)]
+        there = [b for b in fresh if b.startswith("## " + prefix)]
+        if len(there) != 1:
+            raise ValueError(f"no section of this composition starts with '## {prefix}' (its runs are missing, or "
+                             "the heading differs); nothing written")
+        if len(here) != 1:
+            raise ValueError(f"the report to update has {len(here)} sections starting with '## {prefix}', not one; "
+                             "nothing written")
+        tail = blocks[here[0]][len(blocks[here[0]].rstrip("\n")):]
+        blocks[here[0]] = there[0].rstrip("\n") + (tail or "\n")
+    return "".join(blocks)
+
+
+def update_sections(report: Report, figures: Path, out: Path, prefixes: list[str]) -> Path:
+    """Replace only the sections `prefixes` name in the existing report `out` (and the figures they show)."""
+    if not out.is_file():
+        raise ValueError(f"{shown(out)} does not exist: --only updates sections of an existing report")
+    text = replace_sections(out.read_text(), report.text, prefixes)
+    for figure in sorted(Path(figures).glob("*.png")):
+        if f"figures/{figure.name}" in "".join(b for b in sections_by_heading(report.text)
+                                                if any(b.startswith("## " + p) for p in prefixes)):
+            atomic_write(out.parent / "figures" / figure.name, lambda tmp, src=figure: shutil.copyfile(src, tmp))
+    atomic_write(out, lambda tmp: Path(tmp).write_text(text))
+    return out
+
+
 def build_report(experiments: Path, real_cpu: Path, out: Path, replay_dir: Path | None = None,
                  force: bool = False, swap_bench: Path = KEPT_RUNS / "swap_bench_cpu") -> Path:
     """Compose the report and write it to `out` (see `write_report`)."""
@@ -577,13 +614,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="a folder of python -m studies.replay (its replay.csv)")
     parser.add_argument("--force", action="store_true",
                         help=f"write {shown(REPORT)} even though some parts have no runs (they drop out of it)")
+    parser.add_argument("--only", action="append", default=[], metavar="HEADING",
+                        help="update only the section whose `## ` heading starts with HEADING in the existing --out "
+                             "report, keeping every other section as it is (repeatable)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as figures:
         report = compose(args.experiments, args.real_cpu, Path(figures), args.replay, args.swap_bench)
         for part in report.not_run:
             print(f"not in the report: {part}")
         try:
-            out = write_report(report, Path(figures), args.out, args.force)
+            out = (update_sections(report, Path(figures), args.out, args.only) if args.only else
+                   write_report(report, Path(figures), args.out, args.force))
         except ValueError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2

@@ -136,3 +136,15 @@ def test_report_from_a_small_memory_waste_sweep(tmp_path):
     assert "![memory waste](figures/memory_waste.png)" in body      # the link resolves beside the report
     assert (tmp_path / "results" / "figures" / "memory_waste.png").stat().st_size > 0
     assert (sweep / "aggregate.csv").is_file()                      # the sweep aggregated itself when it ended
+
+
+def test_only_replaces_the_named_section_and_keeps_every_other_as_shipped(tmp_path):
+    from results.report.write import replace_sections
+
+    old = "# R\n\nintro\n\n## A\n\nold a\n\n## B: sim\n\nold b\n\n## C\n\nold c\n"
+    new = "# R\n\n## B: sim\n\nnew b, from runs\n\n## Not in this report\n\n- A.\n"
+    assert replace_sections(old, new, ["B"]) == "# R\n\nintro\n\n## A\n\nold a\n\n## B: sim\n\nnew b, from runs\n\n## C\n\nold c\n"
+    with pytest.raises(ValueError, match="no section of this composition starts with '## A'"):
+        replace_sections(old, new, ["A"])
+    with pytest.raises(ValueError, match="has 0 sections starting with '## D'"):
+        replace_sections(old, "## D\n\nd\n", ["D"])
