@@ -13,10 +13,16 @@ table; tables share physical blocks by reference count:
 - requests with the same shared prefix (`prefix_id`) map their first blocks
   to the prefix's blocks, computed by the first such request and then kept
   by the prefix cache (full blocks only: a partial block would be written).
+  A cached prefix no group holds is evicted, least recently used first, when
+  admission, growth or a swap-in needs its blocks (`_evict`); the next
+  request of that prefix computes and caches it again.
 
-A preempted group can be swapped: its distinct blocks move to a host
+A preempted group can be swapped: its distinct private blocks move to a host
 (CPU) pool of `num_cpu_blocks` and back (`swap_out`, `swap_in`), again as
-transfers for the executor.
+transfers for the executor. Its cached prefix blocks stay on the device,
+where the group keeps one reference to them while swapped (`swap_kept`: the
+prefix cannot be evicted meanwhile), and its rows share them again on
+swap-in.
 
 The memory split counts physical slots: a block shared by several tables
 is counted once. `usage()` gives the slots the tables would need without
@@ -39,7 +45,8 @@ class PagedKV:
         self.cpu_pool = BlockPool(num_cpu_blocks, block_size) if num_cpu_blocks > 0 else None
         self.block_tables: dict[int, list[list[int]]] = {}   # request id -> one table per row
         self.cpu_tables: dict[int, list[list[int]]] = {}     # swapped-out requests: tables of host blocks
-        self.prefix_blocks: dict[int, list[int]] = {}        # prefix id -> its cached (full) blocks
+        self.prefix_blocks: dict[int, list[int]] = {}        # prefix id -> its cached (full) blocks, LRU first
+        self.swap_kept: dict[int, list[int]] = {}            # swapped-out request id -> cached blocks it keeps
         self._cached_tokens: dict[int, int] = {}             # request id -> prefix tokens found in the cache
         # Running sums over every row table: min(allocated slots, final length), and allocated slots.
         self._will_fill = 0
@@ -140,10 +147,10 @@ class PagedKV:
             raise RuntimeError(f"request {seq.id}: a group of {seq.width} sequences cannot be recomputed; "
                                f"it must be swapped")
         bs = self.block_size
-        cached = self.prefix_blocks.get(seq.prefix_id, ()) if seq.prefix_id is not None else ()
+        cached = self._touch(seq.prefix_id)
         shared = blocks_for(seq.length, bs) - len(cached)       # the prompt's blocks, which every row shares
         own = 1 if seq.length % bs == 0 else 0                  # the produced token starts a block: one per row
-        if shared + own * seq.width + self.watermark_blocks > self.pool.num_free:
+        if not self._evict(shared + own * seq.width + self.watermark_blocks - self.pool.num_free, seq.prefix_id):
             return False
         table = list(cached)
         for index, block in enumerate(cached):
@@ -162,6 +169,40 @@ class PagedKV:
         if cached:
             self._cached_tokens[seq.id] = len(cached) * bs
         return True
+
+    def _touch(self, prefix_id: int | None) -> list[int]:
+        """The cached blocks of a prefix (none if not cached), marked as the most recently used."""
+        if prefix_id is None or prefix_id not in self.prefix_blocks:
+            return []
+        blocks = self.prefix_blocks[prefix_id] = self.prefix_blocks.pop(prefix_id)   # to the end: the LRU order
+        return blocks
+
+    def _evict(self, need: int, keep: int | None = None) -> bool:
+        """Make `need` more blocks free by evicting cached prefixes no group holds (every block referenced by
+        the cache alone), least recently used first, never prefix `keep` (the one being admitted maps it);
+        evict nothing and say False if they cannot free that many."""
+        if need <= 0:
+            return True
+        refs, unused = self.pool.ref_counts, []
+        for prefix_id, blocks in self.prefix_blocks.items():
+            if prefix_id != keep and all(refs[b] == 1 for b in blocks):
+                unused.append(prefix_id)
+                need -= len(blocks)
+                if need <= 0:
+                    break
+        if need > 0:
+            return False
+        for prefix_id in unused:
+            blocks = self.prefix_blocks.pop(prefix_id)
+            for block in blocks:
+                self.pool.release(block)   # the cache's reference, the only one: no row's repeat to remove
+            self._prefix_slots -= len(blocks) * self.block_size
+        return True
+
+    def _evictable(self) -> int:
+        """Blocks of the cached prefixes no group holds: what `_evict` could free."""
+        refs = self.pool.ref_counts
+        return sum(len(blocks) for blocks in self.prefix_blocks.values() if all(refs[b] == 1 for b in blocks))
 
     def cached_tokens(self, seq: Sequence) -> int:
         """Prompt tokens of an admitted request already in the cache (its shared prefix): not prefilled."""
@@ -205,12 +246,12 @@ class PagedKV:
                 slots = len(table) * bs
                 if length < slots:
                     continue
-                if pool.num_free == 0:
+                if pool.num_free == 0 and not self._evict(1):
                     return i
                 self._append_block(table, seq)
                 continue
             # A group is readied whole or not at all: count what it needs before taking anything.
-            if self._group_needs(rows, length) > pool.num_free:
+            if not self._evict(self._group_needs(rows, length) - pool.num_free):
                 return i
             last = (length - 1) // bs
             for table in rows:
@@ -293,35 +334,63 @@ class PagedKV:
     def _distinct(self, tables: list[list[int]]) -> list[int]:
         return list(dict.fromkeys(b for table in tables for b in table))
 
+    def _kept(self, seq: Sequence, tables: list[list[int]]) -> int:
+        """How many leading blocks of every row are the cached blocks of the group's prefix: a swap leaves them
+        on the device."""
+        cached = self.prefix_blocks.get(seq.prefix_id, ()) if seq.prefix_id is not None else ()
+        kept = 0
+        while kept < len(cached) and all(kept < len(t) and t[kept] == cached[kept] for t in tables):
+            kept += 1
+        return kept
+
     def can_swap_out(self, seq: Sequence) -> bool:
         if self.cpu_pool is None:
             return False
-        return len(self._distinct(self.block_tables[seq.id])) <= self.cpu_pool.num_free
+        tables = self.block_tables[seq.id]
+        kept = self._kept(seq, tables)
+        return len(self._distinct([t[kept:] for t in tables])) <= self.cpu_pool.num_free
 
     def swap_out(self, seq: Sequence) -> int:
-        """Move the group's distinct blocks to the host pool (shared blocks move once); the blocks moved."""
+        """Move the group's distinct private blocks to the host pool (shared blocks move once); its cached
+        prefix blocks stay on the device, one reference kept for the group. The blocks moved."""
         if not self.can_swap_out(seq):
             raise MemoryError(f"request {seq.id}: the host pool cannot hold its blocks")
         tables = self.block_tables.pop(seq.id)
         self._cached_tokens.pop(seq.id, None)
-        self.cpu_tables[seq.id], moved = self._remap(tables, self.cpu_pool, "out",
+        kept = self._kept(seq, tables)
+        if kept:
+            self.swap_kept[seq.id] = tables[0][:kept]
+            for block in tables[0][:kept]:
+                self.pool.share(block)   # not a row: the split's repeats are the rows' and the cache's only
+        self.cpu_tables[seq.id], moved = self._remap([t[kept:] for t in tables], kept, self.cpu_pool, "out",
                                                      lambda block, index: self.cpu_pool.share(block))
         self._drop_rows(seq, tables)
         return moved
 
     def can_swap_in(self, seq: Sequence, watermark: bool = True) -> bool:
-        """Room for the group's blocks and for its next decode step (a copy and a new block per row at most),
-        above the watermark unless told otherwise."""
+        """Room for the group's host blocks and for its next decode step (a copy and a new block per row at
+        most), above the watermark unless told otherwise; unused cached prefixes count as room."""
         need = len(self._distinct(self.cpu_tables[seq.id])) + 2 * seq.width
-        return need + (self.watermark_blocks if watermark else 0) <= self.pool.num_free
+        return need + (self.watermark_blocks if watermark else 0) <= self.pool.num_free + self._evictable()
 
     def swap_in(self, seq: Sequence) -> int:
-        """Bring a swapped group's blocks back to the device pool; the blocks moved."""
+        """Bring a swapped group's host blocks back to the device pool, its rows sharing again the cached
+        prefix blocks it kept; the blocks moved."""
         tables = self.cpu_tables.pop(seq.id)
-        if len(self._distinct(tables)) > self.pool.num_free:
+        if not self._evict(len(self._distinct(tables)) - self.pool.num_free):
             raise MemoryError(f"request {seq.id}: the device pool cannot hold its blocks")
+        kept = self.swap_kept.pop(seq.id, [])
+        if kept:
+            self._touch(seq.prefix_id)
         # Take device blocks first (device sharing is counted by _share), then free the host ones.
-        new_tables, moved = self._remap(tables, self.pool, "in", lambda block, index: self._share(block, index, seq))
+        new_tables, moved = self._remap(tables, len(kept), self.pool, "in",
+                                        lambda block, index: self._share(block, index, seq))
+        for row in new_tables:
+            for index, block in enumerate(kept):
+                self._share(block, index, seq)
+            row[:0] = kept
+        for block in kept:
+            self.pool.release(block)     # the reference the group kept while swapped
         for table in tables:
             for block in table:
                 self.cpu_pool.release(block)
@@ -329,14 +398,15 @@ class PagedKV:
         self._add_rows(seq, new_tables)
         return moved
 
-    def _remap(self, tables, pool: BlockPool, kind: str, share) -> tuple[list[list[int]], int]:
-        """Give each distinct block of `tables` a new block of `pool`, queued as a `kind` move; a block met again
-        is shared (`share(new block, index)`). The tables of new blocks, and how many blocks move."""
+    def _remap(self, tables, start: int, pool: BlockPool, kind: str, share) -> tuple[list[list[int]], int]:
+        """Give each distinct block of `tables` (rows from table index `start` on) a new block of `pool`, queued
+        as a `kind` move; a block met again is shared (`share(new block, index)`). The tables of new blocks,
+        and how many blocks move."""
         mapping: dict[int, int] = {}
         out = []
         for table in tables:
             row = []
-            for index, block in enumerate(table):
+            for index, block in enumerate(table, start):
                 if block in mapping:
                     share(mapping[block], index)
                 else:

@@ -89,7 +89,13 @@ def check_invariants(kv: PagedKV, held: list[Sequence], swapped=()) -> None:
         assert len(tables) == seq.width
         for table in tables:
             assert len(table) * bs >= seq.length, f"request {seq.id}: a row's table misses positions"
+    # A swapped group keeps one reference to the cached prefix blocks it left on the device.
+    assert set(kv.swap_kept) <= {s.id for s in swapped}
+    for seq in swapped:
+        kept = kv.swap_kept.get(seq.id, [])
+        assert kept == kv.prefix_blocks.get(seq.prefix_id, [])[:len(kept)], f"request {seq.id} keeps {kept}"
     device = [t for tables in kv.block_tables.values() for t in tables] + list(kv.prefix_blocks.values())
+    device += list(kv.swap_kept.values())
     allocated = check_pool(kv.pool, device, "device")
     if kv.cpu_pool is not None:
         check_pool(kv.cpu_pool, [t for tables in kv.cpu_tables.values() for t in tables], "host")
