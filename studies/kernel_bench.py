@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 
 from kernels.ops import load_ops
+from studies.row_log import RowLog
 from studies.memory_plan import (FREE_FRACTION, WORKSPACE_BYTES, StepPlan, device_memory, gib, host_available_bytes,
                                  report)
 
@@ -227,9 +228,7 @@ def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), 
     memory free is skipped and named in `skipped`."""
     rows = []
     budget = input_budget(free_bytes())
-    log = rows_csv.open("w", newline="") if rows_csv else None
-    writer = None
-    try:
+    with RowLog(rows_csv) as log:
         for batch, context_len in ((b, c) for b in batches for c in context_lens):
             want, fit, per_copy = case_copies(batch, context_len, block_sizes, budget)
             if fit < 1:
@@ -266,21 +265,13 @@ def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), 
                         paged_gbps=bw["gbps"], contiguous_gbps=base_bw["gbps"],
                         paged_peak_fraction=bw["peak_fraction"], contiguous_peak_fraction=base_bw["peak_fraction"],
                         copies=fit))
-                    if log:
-                        if writer is None:
-                            writer = csv.DictWriter(log, fieldnames=list(rows[-1]))
-                            writer.writeheader()
-                        writer.writerow(rows[-1])
-                        log.flush()
+                    log.append(rows[-1])
                     print(f"batch {batch:3d} context {context_len:5d} stages {stage or '-'} block {block_size:3d}: "
                           f"paged {t['mean_us']:9.1f} us, sdpa {sdpa['mean_us']:9.1f} us, "
                           f"contiguous {base['mean_us']:9.1f} us, ratio {rows[-1]['paged_over_contiguous']:.3f}, "
                           f"paged {bw['gbps']:7.1f} GB/s", flush=True)
                 if CUDA:
                     torch.cuda.empty_cache()
-    finally:
-        if log:
-            log.close()
     return rows
 
 

@@ -30,7 +30,6 @@ as it is measured, so a run cut short keeps what it measured.
 from __future__ import annotations
 
 import argparse
-import csv
 from dataclasses import dataclass, replace
 import datetime
 import json
@@ -52,6 +51,7 @@ from engines.specs.presets import load_model
 from studies.memory_plan import (FREE_FRACTION, StepPlan, activation_bytes, device_memory, dtype_bytes, gib,
                                  host_available_bytes, kv_bytes_per_slot, kv_slot_cap, report, round_up,
                                  weight_bytes)
+from studies.row_log import RowLog
 from workloads.request import Request
 
 BLOCK_SIZES = (1, 4, 16, 64, 256)
@@ -262,18 +262,12 @@ def profile(model: str, device: str, dtype: str, warmup: int, repeats: int, quic
     print(f"KV cache: {profiler.kv_slots:,} slots ({gib(profiler.kv_slots * profiler.loaded.bytes_per_slot)} GiB), "
           f"one layout at a time; rows as measured: {rows_csv}", file=sys.stderr, flush=True)
     rows = []
-    rows_csv.parent.mkdir(parents=True, exist_ok=True)
-    with rows_csv.open("w", newline="") as f:
-        writer = None
+    with RowLog(rows_csv) as log:
         for i, shape in enumerate(shapes):
             times = profiler.time(shape, warmup, repeats)
             rows.append({**features(shape), "time_s": statistics.median(times), "time_min_s": min(times),
                          "repeats": repeats})
-            if writer is None:
-                writer = csv.DictWriter(f, fieldnames=list(rows[-1]))
-                writer.writeheader()
-            writer.writerow(rows[-1])
-            f.flush()
+            log.append(rows[-1])
             print(f"[{i + 1}/{len(shapes)}] {shape.kind} {shape.layout}"
                   f"{'' if not shape.block_size else f' bs{shape.block_size}'} x{len(shape.lengths)} "
                   f"max {max(shape.lengths)}: {1e3 * rows[-1]['time_s']:.2f} ms", file=sys.stderr, flush=True)

@@ -45,13 +45,13 @@ from engines.real.kv_cache import bytes_per_slot
 from engines.real.model import resolve_device, resolve_dtype
 from engines.real.swap import allocate_host_blocks, swap_blocks
 from engines.sequence import Sequence
+from engines.sim.swap_cost import BLOCK_SIZES   # Figure 19a's block sizes, as the sim tabulates them
 from engines.specs.model import ModelSpec
 from engines.specs.presets import load_model
 from studies.memory_plan import (FREE_FRACTION, StepPlan, activation_bytes, device_memory, dtype_bytes, gib,
                                  host_available_bytes, kv_bytes_per_slot, report, weight_bytes)
+from studies.row_log import RowLog
 from workloads.request import Request
-
-from engines.sim.swap_cost import BLOCK_SIZES   # Figure 19a's block sizes, as the sim tabulates them
 
 RECOMPUTE_SPARE_SLOTS = 32   # the recompute's KV cache: its tokens and this many more
 
@@ -156,9 +156,7 @@ def measure(model_name: str = "tiny", tokens: int = 1024, repeats: int = 5, devi
     per_slot = bytes_per_slot(spec.num_layers, spec.num_kv_heads, spec.head_dim, dtype)
     recompute = recompute_s(model_name, tokens, dev, dtype, repeats)
     rows, skipped = [], []
-    log = rows_csv.open("w", newline="") if rows_csv else None
-    writer = None
-    try:
+    with RowLog(rows_csv) as log:
         for n, bs in row_plan(tokens, block_sizes):
             blocks = -(-n // bs)
             nbytes, transient = block_bytes(spec, dtype.itemsize, n, bs)
@@ -178,15 +176,7 @@ def measure(model_name: str = "tiny", tokens: int = 1024, repeats: int = 5, devi
             rows.append({"block_size": bs, "tokens": n, "blocks": blocks, "transfers": 2 * spec.num_layers * blocks,
                          "bytes": blocks * bs * per_slot, "swap_out_ms": 1e3 * out_s, "swap_in_ms": 1e3 * in_s,
                          "recompute_ms": 1e3 * recompute if n == tokens else None})
-            if log:
-                if writer is None:
-                    writer = csv.DictWriter(log, fieldnames=list(rows[-1]))
-                    writer.writeheader()
-                writer.writerow(rows[-1])
-                log.flush()
-    finally:
-        if log:
-            log.close()
+            log.append(rows[-1])
     if len(rows) < 2:
         raise ValueError(f"{len(rows)} swap row(s) fit the memory free, too few to fit the link: {'; '.join(skipped)}")
     meta = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "dtype": str(dtype),
