@@ -5,6 +5,12 @@ from dataclasses import dataclass, field
 
 from engines.sequence import Sequence
 
+# The limits that can stop the head of the waiting queue from joining a batch: the KV manager refusing it,
+# the cap on running sequences, the prefill's token budget. A scheduler may record other reasons
+# ("batch_running": a static batch admits nobody until it ends; "swapped_first": swapped groups come back
+# before any new request), which are no limit and count in none of the summary's fractions.
+ADMISSION_LIMITS = ("memory", "max_num_seqs", "token_budget")
+
 
 @dataclass(slots=True)
 class Batch:
@@ -28,6 +34,10 @@ class Batch:
     counts the token slots the two copy lists move, for the cost model.
     `moves` lists the paged engine's block moves in the order they must run:
     a block one move frees may be the destination of the next.
+
+    `admission_blocked_by` is why the scheduler, deciding this batch, left the
+    head of the waiting queue out: one of `ADMISSION_LIMITS` or another
+    reason; "" when nothing waited or everything waiting was admitted.
     """
 
     prefill: list[Sequence] = field(default_factory=list)
@@ -46,6 +56,7 @@ class Batch:
     swap_in: list[tuple[int, int]] = field(default_factory=list)
     # The paged engine's block moves in the order it decided them: ("copy" | "out" | "in", source, destination).
     moves: list[tuple[str, int, int]] = field(default_factory=list)
+    admission_blocked_by: str = ""
 
     @property
     def is_prefill(self) -> bool:

@@ -36,6 +36,7 @@ class IterationRow(NamedTuple):
     swapped_in: int            # groups
     swap_blocks: int           # blocks moved either way
     num_swapped: int           # groups on the host after the iteration
+    admission_blocked_by: str  # why the head of the queue was not admitted (Batch.admission_blocked_by); "" if none
     unshared_slots: int
     allocated_slots: int
     token_states: int
@@ -115,6 +116,7 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
             num_waiting=len(scheduler.waiting), preempted=batch.preempted, batch_rows=batch.num_rows,
             copy_tokens=batch.copy_tokens, swapped_out=batch.swapped_out, swapped_in=batch.swapped_in,
             swap_blocks=len(batch.swap_out) + len(batch.swap_in), num_swapped=len(scheduler.swapped),
+            admission_blocked_by=batch.admission_blocked_by,
             unshared_slots=unshared, allocated_slots=allocated, token_states=split.token_states,
             reservation=split.reservation, internal_fragmentation=split.internal_fragmentation,
             external_fragmentation=split.external_fragmentation, free=split.free))

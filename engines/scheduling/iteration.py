@@ -58,10 +58,14 @@ class IterationScheduler:
 
     def schedule(self, now: float) -> Batch | None:
         # New requests wait while any swapped group does: those come back first (in the decode step).
-        batch = None if self.swapped else self._admit(now)
+        if self.swapped:
+            batch, blocked_by = None, "swapped_first" if self.waiting else ""
+        else:
+            batch, blocked_by = self._admit(now)
         if batch is None:
             batch = self._decode()
         if batch is not None:
+            batch.admission_blocked_by = blocked_by
             self._stored += batch.num_rows   # each advancing row stores the token it produces
             self.kv.drain_into(batch)
         return batch
@@ -97,13 +101,21 @@ class IterationScheduler:
         self._rows -= seq.width
         self._stored -= seq.width * seq.length
 
-    def _admit(self, now: float) -> Batch | None:
+    def _admit(self, now: float) -> tuple[Batch | None, str]:
+        """A prefill of the waiting groups admitted FCFS (None if none), and the limit that stopped the head
+        of the queue ("memory", "max_num_seqs", "token_budget"; "" when every waiting group was admitted)."""
         admitted, lens, cached, tokens, rows = [], [], [], 0, self._rows
-        while self.waiting and rows + self.waiting[0].width <= self.limits.max_num_seqs:
+        blocked_by = ""
+        while self.waiting:
             seq = self.waiting[0]
+            if rows + seq.width > self.limits.max_num_seqs:
+                blocked_by = "max_num_seqs"
+                break
             if tokens + seq.length > self.limits.max_num_batched_tokens:
+                blocked_by = "token_budget"
                 break
             if not self.kv.try_admit(seq):
+                blocked_by = "memory"
                 break
             self.waiting.popleft()
             seq.status = Status.RUNNING
@@ -115,10 +127,10 @@ class IterationScheduler:
             tokens += seq.length - cached[-1]
             rows += seq.width
         if not admitted:
-            return None
+            return None, blocked_by
         for seq in admitted:
             self._hold(seq)
-        return Batch(prefill=admitted, prefill_lens=lens, prefill_cached=cached if any(cached) else [])
+        return Batch(prefill=admitted, prefill_lens=lens, prefill_cached=cached if any(cached) else []), blocked_by
 
     def _decode(self) -> Batch | None:
         if not self.running and not self.swapped:

@@ -45,10 +45,17 @@ class StaticScheduler:
         return bool(self.waiting or self.batch)
 
     def schedule(self, now: float) -> Batch | None:
-        if not self.batch and not self._form_batch(now):
-            return None
-        if self._prefilled < len(self.batch):
-            return self._prefill_chunk()
+        if self.batch:
+            blocked_by = "batch_running" if self.waiting else ""   # nobody joins until the batch ends
+        else:
+            blocked_by = self._form_batch(now)
+            if not self.batch:
+                return None
+        batch = self._prefill_chunk() if self._prefilled < len(self.batch) else self._decode()
+        batch.admission_blocked_by = blocked_by
+        return batch
+
+    def _decode(self) -> Batch:
         live = [s for s in self.batch if not s.done]
         padding = [s for s in self.batch if s.done]
         contexts = []
@@ -60,21 +67,26 @@ class StaticScheduler:
         self.kv.drain_into(batch)
         return batch
 
-    def _form_batch(self, now: float) -> bool:
-        rows = 0
-        while self.waiting and rows + self.waiting[0].width <= self.limits.max_num_seqs:
+    def _form_batch(self, now: float) -> str:
+        """Admit the earliest waiting requests while they fit; the limit that stopped the head of the queue
+        ("memory", "max_num_seqs"; "" when every waiting request joined). The batch is empty if none fit."""
+        rows, blocked_by = 0, ""
+        while self.waiting:
             seq = self.waiting[0]
+            if rows + seq.width > self.limits.max_num_seqs:
+                blocked_by = "max_num_seqs"
+                break
             if not self.kv.try_admit(seq):
+                blocked_by = "memory"
                 break
             self.waiting.popleft()
             seq.status, seq.admitted_s = Status.RUNNING, now
             self.batch.append(seq)
             rows += seq.width
-        if not self.batch:
-            return False
-        self._padded_prompt = max(s.prompt_len for s in self.batch)
-        self._prefilled = 0
-        return True
+        if self.batch:
+            self._padded_prompt = max(s.prompt_len for s in self.batch)
+            self._prefilled = 0
+        return blocked_by
 
     def _prefill_chunk(self) -> Batch:
         per_chunk = max(1, self.limits.max_num_batched_tokens // self._padded_prompt)

@@ -10,6 +10,8 @@ The warm-up is `warmup_fraction` of the span from the first arrival to the
 window's end. Steady throughput counts the tokens and finished requests of
 the window over its length; steady latency figures (normalized latency,
 TTFT, TPOT, SLO attainment) are over the requests that arrive in the window.
+The `admission_blocked_by_*` fractions are over the window's iterations in
+which a request waited, weighted by duration like the time-averaged figures.
 `build_summary` puts the run's setting beside those metrics: the one place a
 summary.json is assembled.
 """
@@ -21,6 +23,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from engines.batch import ADMISSION_LIMITS
 from engines.config import EngineConfig
 from engines.kv.memory_split import CATEGORIES
 from workloads.config import WorkloadConfig
@@ -114,6 +117,20 @@ def batch_size(iterations: pd.DataFrame) -> float:
     return weighted_mean(decode["batch_size"], decode["duration_s"])
 
 
+def admission_blocked(iterations: pd.DataFrame) -> dict[str, float]:
+    """Per limit in `ADMISSION_LIMITS`, `admission_blocked_by_<limit>`: the share of the iterations in which a
+    request waited (`num_waiting > 0`) where that limit kept the head of the queue out, each iteration
+    weighted by its duration. Other reasons (a static batch running, swapped groups first, a group
+    preempted after admission) count in none, so the three need not sum to 1. NaN when no iteration had a
+    waiting request, or the table predates the `admission_blocked_by` column."""
+    if "admission_blocked_by" not in iterations:
+        return {f"admission_blocked_by_{limit}": math.nan for limit in ADMISSION_LIMITS}
+    waiting = iterations[iterations["num_waiting"] > 0]
+    return {f"admission_blocked_by_{limit}":
+            weighted_mean((waiting["admission_blocked_by"] == limit).astype("float64"), waiting["duration_s"])
+            for limit in ADMISSION_LIMITS}
+
+
 def steady_window(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION) -> tuple[float, float]:
     """(start, end) of the steady window, in the run's clock; start == end when there is none."""
     if not 0 <= warmup_fraction < 1:
@@ -167,6 +184,7 @@ def steady(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction: fl
         **latency(done, "steady_"),
         "steady_slo_attainment": float(met.mean()) if len(arrived) else math.nan,
         "steady_goodput_requests_per_s": per_s(int(met.sum())),
+        **admission_blocked(inside),
     })
     return out
 
