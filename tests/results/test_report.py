@@ -7,9 +7,10 @@ import sys
 import pandas as pd
 import pytest
 
-from results.report import write
+from results.report import paper_sections, write
 from results.report.section import NotRun
-from results.report.write import build_report, main, section_capacity, section_method
+from results.report.paper_sections import section_capacity, section_method
+from results.report.write import build_report, main
 from paths import KEPT_RUNS, OUTPUTS, ROOT
 
 
@@ -103,7 +104,7 @@ def test_the_capacity_sections_name_a_bound_in_words(tmp_path):
     assert "lower bound" not in exact.text and exact.warnings == []
     method = section_method(capacity_table({("orca-oracle", 0): "<"}), None, tmp_path)
     assert "| sharegpt | paged / orca-oracle | 2.16x | 2.00x (2.00-2.00), lower bound |" in method.text
-    assert [part.command for part in method.not_run] == [write.TRACE_LENGTH_COMMAND]
+    assert [part.command for part in method.not_run] == [paper_sections.TRACE_LENGTH_COMMAND]
 
 
 def test_the_report_warns_of_bounds_once_per_capacity_table(tmp_path, capsys):

@@ -16,7 +16,7 @@ from engines.specs.hardware import HardwareSpec
 from engines.specs.presets import load_hardware
 from paths import CONF
 from results.report.replay_table import METRICS, format_table, misses
-from results.report.write import section_validation
+from results.report.backend_sections import section_validation
 from studies.calibration import host_gaps, scheduler_seconds
 from studies.profile import grid
 from workloads import WorkloadConfig, build_workload
