@@ -318,11 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     batches, context_lens, block_sizes = (args.batches or grid["batches"], args.context_lens or grid["context_lens"],
                                           args.block_sizes or grid["block_sizes"])
     if args.plan:
-        try:
-            return report(plan(args.plan, batches, context_lens, block_sizes))
-        except ValueError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+        return report(lambda: plan(args.plan, batches, context_lens, block_sizes))
     if args.out is None:
         parser.error("--out is required (unless --plan)")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -14,6 +14,8 @@ has free (`torch.cuda.mem_get_info`), so the plan printed for a named device is 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from dataclasses import dataclass
 import os
 import sys
@@ -140,8 +142,14 @@ class StepPlan:
                 f"{gib(self.device.memory_bytes)} GiB less {gib(CUDA_CONTEXT_BYTES)} GiB for the CUDA context)")
 
 
-def report(plan: StepPlan) -> int:
-    """Print the plan's line; exit status 0 when it fits, else 2 with the refusal on stderr."""
+def report(make_plan: Callable[[], StepPlan]) -> int:
+    """Make the plan and print its line; exit status 0 when it fits, else 2 with the refusal (or the reason
+    no plan could be made, e.g. an unknown preset) on stderr."""
+    try:
+        plan = make_plan()
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(plan.line(), flush=True)
     if plan.fits:
         return 0

@@ -295,11 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                         "preset (conf/hardware/NAME.yaml) and exit: 0 if it fits, 2 if not; loads nothing")
     args = parser.parse_args(argv)
     if args.plan:
-        try:
-            return report(plan(args.model, args.dtype, args.plan, args.quick))
-        except ValueError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+        return report(lambda: plan(args.model, args.dtype, args.plan, args.quick))
     if args.out is None or args.out.suffix != ".parquet":
         print("error: --out must be given and end in .parquet", file=sys.stderr)
         return 2

@@ -216,11 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.tokens < 1 or args.repeats < 1:
         parser.error("--tokens and --repeats must be >= 1")
     if args.plan:
-        try:
-            return report(plan(args.model, args.tokens, args.plan))
-        except ValueError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
+        return report(lambda: plan(args.model, args.tokens, args.plan))
     if args.out is None:
         parser.error("--out is required (unless --plan)")
     args.out.mkdir(parents=True, exist_ok=True)
