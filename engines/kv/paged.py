@@ -150,7 +150,8 @@ class PagedKV:
         cached = self._touch(seq.prefix_id)
         shared = blocks_for(seq.length, bs) - len(cached)       # the prompt's blocks, which every row shares
         own = 1 if seq.length % bs == 0 else 0                  # the produced token starts a block: one per row
-        if not self._evict(shared + own * seq.width + self.watermark_blocks - self.pool.num_free, seq.prefix_id):
+        need = shared + own * seq.width + self.watermark_blocks - self.pool.num_free
+        if need > 0 and not self._evict(need, seq.prefix_id):
             return False
         table = list(cached)
         for index, block in enumerate(cached):
@@ -183,6 +184,8 @@ class PagedKV:
         evict nothing and say False if they cannot free that many."""
         if need <= 0:
             return True
+        if not self.prefix_blocks:
+            return False
         refs, unused = self.pool.ref_counts, []
         for prefix_id, blocks in self.prefix_blocks.items():
             if prefix_id != keep and all(refs[b] == 1 for b in blocks):
