@@ -69,8 +69,9 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
     The executor owns the clock: `now()` reads it, `execute(batch)` runs one
     iteration and returns its duration (the sim's modelled time or the real
     backend's wall time), `wait_until(t)` idles until the next arrival.
-    The split of KV memory is read after each iteration, before finished
-    requests release their memory, so it shows what the iteration held.
+    The split of KV memory is read after each iteration, before its beam
+    forks and before finished requests release their memory, so it shows
+    what the iteration's forward pass held (after copy-on-write).
     """
     capacity = scheduler.kv.capacity
     record = RunRecord(capacity_slots=capacity)
@@ -104,9 +105,11 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
         end = executor.now()
         done_now = record_tokens(batch.advancing(), end)
         tokens += batch.num_rows
-        scheduler.after_iteration(batch)
+        # The KV split as the forward pass saw it (copy-on-write done, each row's token written), read before
+        # a beam step re-forms the rows: a fork shares blocks the next step copies before any forward pass.
         split = scheduler.memory_split()
         unshared, allocated = scheduler.kv.usage()
+        scheduler.after_iteration(batch)
         held = len(scheduler.held())
         finished = scheduler.release_finished(done_now)
         rows.append(IterationRow(

@@ -98,7 +98,9 @@ def run_real(requests, budget_mib: float, seed: int):
 def run_sim(requests, slots: int, decay: float, seed: int) -> pd.DataFrame:
     """The same requests on the sim (the fitted CPU preset), with the real run's KV slots and beam decay `decay`."""
     spec = load_model("tiny")
-    setup = build_sim(SimBackendConfig(kv_budget_slots=slots, beam_parent_decay=decay, seed=seed), spec,
+    # Persistence 0: the check fits the model's draws to this random-weight model's own beams, drawn afresh.
+    setup = build_sim(SimBackendConfig(kv_budget_slots=slots, beam_parent_decay=decay, beam_persistence=0.0,
+                                       seed=seed), spec,
                       load_hardware("cpu-tiny"), ENGINE, SchedulerLimits(max_seq_len=spec.max_seq_len))
     return iterations_frame(run_engine(requests, setup.scheduler, setup.executor, progress=False))
 

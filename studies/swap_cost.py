@@ -4,8 +4,14 @@
 
 The table is `engines.sim.swap_cost.swap_costs`: swap out and swap in each
 move `tokens` token slots across the host link as the sim's transfer model
-charges them; recomputation is the prefill of the same tokens by the cost
-model. The real device's counterpart is the swap benchmark
+charges them (`engines/sim/transfer.py`: one transfer per block, layer, K and
+V, each a fixed cost plus its bytes over the link); recomputation is the
+prefill of the same tokens by the cost model. The transfers' time is shown
+alone: in a served iteration the GPU presets overlap it with the forward
+pass (`host_transfer_overlap`), which this table does not show. The GPU
+presets' fixed cost per transfer, 10 us, is an assumption (launch and DMA
+set-up of a small cudaMemcpyAsync), not a measurement; the real device's
+counterpart, which measures it, is the swap benchmark
 (`python -m studies.swap_bench --out DIR`).
 """
 from __future__ import annotations
@@ -36,7 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    hw = load_hardware(args.hardware)
     print(f"{args.model} on {args.hardware}: moving {args.tokens} tokens' KV one way vs recomputing them")
+    served = "overlap the forward pass layer by layer" if hw.host_transfer_overlap else "run before the forward pass"
+    print(f"per transfer {1e6 * hw.host_transfer_latency_s:.3g} us + bytes at {hw.host_link_bandwidth / 1e9:.3g} "
+          f"GB/s (conf/hardware/{args.hardware}.yaml says where each comes from); in a served iteration the "
+          f"swaps {served}")
     print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     return 0
 

@@ -36,7 +36,7 @@ def test_every_group_option_composes(group, option):
 
 
 # Capacity searches of groups of sequences and of prefixes run 10-minute traces (their files say so).
-TEN_MINUTES = ("sampling", "beam", "saving", "prefix")
+TEN_MINUTES = ("sampling", "beam", "saving", "prefix", "swap_capacity")
 
 
 @pytest.mark.parametrize("experiment", options("experiment"))

@@ -121,7 +121,7 @@ def load_pairs(cfg: WorkloadConfig, num_requests: int) -> TokenizedPairs:
         return load_sharegpt(cfg.path, load_tokenizer(cfg.tokenizer))
     if cfg.name == "chat":
         # The paper's rule: the history is cut to its last max_prompt_len tokens, never dropped for length.
-        return load_chat(cfg.path, load_tokenizer(cfg.tokenizer), cfg.max_prompt_len)
+        return load_chat(cfg.path, load_tokenizer(cfg.tokenizer), cfg.max_prompt_len, cfg.chat_history)
     if cfg.name == "translation":
         prefix_len = prefix_len_for_shots(cfg.num_shots)
         if prefix_len + cfg.min_len > cfg.max_prompt_len:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
+from workloads.chat import HISTORIES
 from workloads.length_dist import LengthDist
 from workloads.trace_size import DEFAULT_MAX_TRACE_REQUESTS, expected_size, too_large
 
@@ -46,6 +47,10 @@ class WorkloadConfig:
     as the prompt. Prompts are cut to their last `max_prompt_len` tokens
     instead of being filtered out (the paper's rule), outputs to
     `max_output_len`; `min_len` and `max_total_len` still filter.
+    `chat_history` says what "the conversation" is: "conversation" (the
+    default, the paper's rule) is the whole conversation so far, the parts
+    the ShareGPT file split it into joined again; "record" is only the
+    turns of the reply's own file record (the trace before that rule).
 
     A replayed trace file (`arrival="trace"`) must list its rows in arrival
     order; `sort_arrivals` sorts them instead (ties keep file order).
@@ -76,6 +81,7 @@ class WorkloadConfig:
     beam_width: int = 1
     num_shots: int = 0
     num_prefixes: int = 1
+    chat_history: str = "conversation"
     sort_arrivals: bool = False
     max_trace_requests: int = DEFAULT_MAX_TRACE_REQUESTS
 
@@ -101,6 +107,10 @@ class WorkloadConfig:
             _check_int("max_output_len", self.max_output_len, minimum=self.min_len)
         self._check_sampling()
         self._check_prefixes()
+        if self.chat_history not in HISTORIES:
+            raise ValueError(f"chat_history must be one of {list(HISTORIES)}, got {self.chat_history!r}")
+        if self.name != "chat" and self.chat_history != HISTORIES[0]:
+            raise ValueError(f"chat_history={self.chat_history!r} only applies to workload=chat, not {self.name!r}")
         self._check_arrivals()
         for name in ("prompt_dist", "output_dist"):
             value = getattr(self, name)
@@ -186,7 +196,8 @@ class WorkloadConfig:
     @property
     def label(self) -> str:
         """The trace's name in logs, stats and summaries: "alpaca_synthetic" when alpaca has no file, with
-        what changes its requests appended: "_n4" (parallel samples), "_beam4", "_5shot" (a prefix)."""
+        what changes its requests appended: "_n4" (parallel samples), "_beam4", "_5shot" (a prefix),
+        "_record" (chat histories within one file record)."""
         label = "alpaca_synthetic" if self.name == "alpaca" and self.path is None else self.name
         if self.n > 1:
             label += f"_n{self.n}"
@@ -194,6 +205,8 @@ class WorkloadConfig:
             label += f"_beam{self.beam_width}"
         if self.name == "translation" and self.num_shots:
             label += f"_{self.num_shots}shot"
+        if self.name == "chat" and self.chat_history != HISTORIES[0]:
+            label += f"_{self.chat_history}"
         return label
 
     @classmethod

@@ -1,14 +1,26 @@
 """KV memory for the contiguous engines: one region per sequence, sized by a reservation policy at admission.
 
 A request of several rows (parallel samples, beams) reserves one region per
-row, all at admission, as the paper's baselines did: nothing is shared. Its
-prompt is prefilled into row 0's region and copied to the others; a beam
-step that hands one row's history to another copies it (`fork`). The copies
+row, all at admission, as the paper's baselines did: nothing is shared, so a
+row's whole history lives in its own region. Rows are the group's beams in
+rank order; which region holds which row is a per-group mapping, since a
+beam step reorders the beams but never moves a region.
+
+A beam step hands histories to new rows by copying (`fork`), as few and as
+short as one region per row allows. A parent that survives keeps its region
+for its first child: nothing moves. Every further child takes the region of
+an old row no new row descends from (a dead beam), which already holds the
+history that dead row shared with the child's parent, so only the positions
+after their lineages split are copied. Per group the manager keeps, for every
+pair of rows, how many leading positions their histories share. The prompt,
+prefilled into row 0's region, reaches the others the same way. The copies
 are queued for the next iteration's executor (`drain_into`).
 """
 from __future__ import annotations
 
-from engines.kv.arena import ContiguousArena
+from operator import itemgetter
+
+from engines.kv.arena import ContiguousArena, Region
 from engines.kv.memory_split import MemorySplit, split_totals
 from engines.kv.reservation import Reservation
 from engines.sequence import Sequence
@@ -23,6 +35,10 @@ class ContiguousKV:
         # Sums over held regions of min(requested, final length), requested and taken slots.
         self._will_fill = self._requested = self._taken = 0
         self._copies: list[tuple[int, int, int]] = []   # (source start, destination start, tokens)
+        # Per held group: the region holding each row's history, and for every pair of rows the number of
+        # leading cached positions their histories share.
+        self._region_of: dict[int, list[Region]] = {}
+        self._shared: dict[int, list[list[int]]] = {}
         self._fits: dict[tuple[int, int], bool] = {}    # (region size, rows) -> fits an empty arena
 
     paged = False        # one contiguous region per row, no block tables
@@ -52,8 +68,10 @@ class ContiguousKV:
         return None
 
     @staticmethod
-    def _key(seq: Sequence, row: int):
-        return seq.id if row == 0 else (seq.id, row)
+    def _key(seq: Sequence, index: int):
+        """The arena owner of the group's index-th region, allocated for row `index` at admission (a beam step
+        may hand it to another row: `_region_of` says which region each row reads)."""
+        return seq.id if index == 0 else (seq.id, index)
 
     def try_admit(self, seq: Sequence) -> bool:
         size = self.region_size(seq)
@@ -69,26 +87,68 @@ class ContiguousKV:
             self._will_fill += min(region.requested, seq.final_len)
             self._requested += region.requested
             self._taken += region.taken
+        self._region_of[seq.id] = regions
+        self._shared[seq.id] = [[0] * seq.width for _ in range(seq.width)]
         return True
 
     def prefilled(self, seq: Sequence) -> None:
         """Nothing to do after a prefill: no prefix is cached across requests."""
 
     def share_prompt(self, seq: Sequence) -> None:
-        """After a group's prefill into row 0's region: copy the prompt into every other row's region."""
+        """After a group's prefill into row 0's region: copy the prompt into every other row's region.
+        Only row 0's region is known to hold anything, so no two rows share a position yet."""
+        self._shared[seq.id] = [[0] * seq.width for _ in range(seq.width)]
         self.fork(seq, [0] * seq.width)
 
     def fork(self, seq: Sequence, parents: list[int]) -> None:
-        """After a step of a group: row i continues row parents[i], so every row whose parent is another
-        gets a copy of the parent's cached positions (all but the token each row produced)."""
-        if len(parents) != seq.width:
-            raise ValueError(f"request {seq.id}: {len(parents)} parents for {seq.width} rows")
+        """After a step of a group: new row i continues old row parents[i], whose region holds that row's
+        cached positions (all but the token each row just produced).
+
+        The first child of each parent keeps the parent's region: nothing to copy. Every other child takes
+        the region of a dead old row (one no new row continues), the dead row sharing the most with the
+        parent, and gets a copy of the parent's positions from where their lineages split to `cached`:
+        the region already holds the shared prefix. So width - len(set(parents)) regions are written (after
+        a beam step a dead row always misses at least the last cached position), and since no destination
+        is a source the copies may run in any order.
+        """
+        width = seq.width
+        if len(parents) != width:
+            raise ValueError(f"request {seq.id}: {len(parents)} parents for {width} rows")
+        if width == 1:
+            return
         cached = seq.prompt_len + seq.generated - 1
-        regions = self.arena.regions
+        old_region_of, old_shared = self._region_of[seq.id], self._shared[seq.id]
+        region_of = old_region_of[:]            # a placeholder: every row's entry is set below
+        children: dict[int, list[int]] = {}     # old row -> the new rows continuing it, the first keeping its region
         for row, parent in enumerate(parents):
-            if parent != row:
-                self._copies.append((regions[self._key(seq, parent)].start, regions[self._key(seq, row)].start,
-                                     cached))
+            kids = children.get(parent)
+            if kids is None:
+                children[parent] = [row]
+                region_of[row] = old_region_of[parent]
+            else:
+                kids.append(row)
+        if len(children) < width:
+            dead = [old for old in range(width) if old not in children]
+            for parent, kids in children.items():
+                shared = old_shared[parent]
+                for row in kids[1:]:
+                    old = max(dead, key=shared.__getitem__) if len(dead) > 1 else dead[0]
+                    dead.remove(old)
+                    region_of[row] = old_region_of[old]
+                    common = shared[old]
+                    if common < cached:
+                        self._copies.append((old_region_of[parent].start + common, old_region_of[old].start + common,
+                                             cached - common))
+        self._region_of[seq.id] = region_of
+        # Two children of one parent share every cached position; children of two parents, what those shared.
+        # Siblings' rows of the matrix are one list, so no row is ever changed in place.
+        gather = itemgetter(*parents)
+        rows = {}
+        for parent, kids in children.items():
+            row = rows[parent] = list(gather(old_shared[parent]))
+            for kid in kids:
+                row[kid] = cached
+        self._shared[seq.id] = [rows[parent] for parent in parents]
 
     def drain_into(self, batch) -> None:
         """Hand the region copies queued since the last call to `batch`."""
@@ -118,8 +178,9 @@ class ContiguousKV:
         return len(seqs)
 
     def free(self, seq: Sequence) -> None:
-        for row in range(seq.width):
-            key = self._key(seq, row)
+        del self._region_of[seq.id], self._shared[seq.id]
+        for index in range(seq.width):
+            key = self._key(seq, index)
             region = self.arena.regions[key]
             self._will_fill -= min(region.requested, seq.final_len)
             self._requested -= region.requested
@@ -127,8 +188,9 @@ class ContiguousKV:
             self.arena.free(key)
 
     def slots(self, seq: Sequence, start: int, end: int, row: int = 0) -> list[int]:
-        """Arena slots of positions start..end-1 of a row of `seq`: its region is contiguous."""
-        region = self.arena.regions[self._key(seq, row)]
+        """Arena slots of positions start..end-1 of a row of `seq`: the region now holding that row's
+        history (see `fork`), which is contiguous."""
+        region = self._region_of[seq.id][row]
         if end > region.requested:
             raise IndexError(f"positions up to {end} overflow the {region.requested}-slot region of request {seq.id}")
         return list(range(region.start + start, region.start + end))

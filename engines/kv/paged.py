@@ -444,9 +444,14 @@ class PagedKV:
         return seq.id in self.block_tables
 
     def usage(self) -> tuple[int, int]:
-        """(slots the row tables would take without sharing, slots allocated): the memory saving's terms.
-        The prefix cache's own reference is not a row, so its blocks count as allocated only."""
-        return self._logical_slots, (self.pool.num_blocks - self.pool.num_free) * self.block_size
+        """(slots the row tables would take without sharing, slots allocated to the held groups): the memory
+        saving's terms. A cached prefix block some row maps counts once as allocated (that is the sharing);
+        one the cache alone keeps (no request of that prefix is held) counts on neither side: it is neither
+        shared nor needed, and a cache of many idle prefixes would otherwise read as a negative saving."""
+        allocated = self.pool.num_blocks - self.pool.num_free
+        if self.prefix_blocks:
+            allocated -= self._evictable()
+        return self._logical_slots, allocated * self.block_size
 
     def split(self, held, next_waiting: Sequence | None, stored: int | None = None) -> MemorySplit:
         """The split with `held` the groups holding blocks; `stored`, if the caller keeps it, the tokens

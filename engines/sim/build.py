@@ -28,12 +28,19 @@ class SimBackendConfig:
     # activations). A real run's kv_budget_slots replays that run on the sim with the same memory.
     kv_budget_slots: int | None = None
     beam_parent_decay: float = 1.0    # each new beam extends old beam r with probability ~ decay^r
+    # Probability that a new beam continues the old beam of its own rank (engines/sim/beam_model.py): an
+    # assumption, calibrated to the paper's Figure 15 savings by `python -m studies.beam_persistence`.
+    beam_persistence: float = 0.95
     seed: int = 0                     # the beam model's draws
 
     def __post_init__(self) -> None:
         slots = self.kv_budget_slots
         if slots is not None and (isinstance(slots, bool) or not isinstance(slots, int) or slots < 1):
             raise ValueError(f"backend.kv_budget_slots must be a positive integer, got {slots!r}")
+        if not 0 < self.beam_parent_decay <= 1:
+            raise ValueError(f"backend.beam_parent_decay must be in (0, 1], got {self.beam_parent_decay!r}")
+        if not 0 <= self.beam_persistence <= 1:
+            raise ValueError(f"backend.beam_persistence must be in [0, 1], got {self.beam_persistence!r}")
 
     @classmethod
     def from_dict(cls, d: dict) -> "SimBackendConfig":
@@ -88,6 +95,6 @@ def build_sim(backend: SimBackendConfig, model: ModelSpec, hardware: HardwareSpe
     block_size = engine.block_size if engine.name == "paged" else None
     executor = SimExecutor(build_cost_model(model, hardware, block_size),
                            TransferModel(model, hardware, block_size),
-                           BeamModel(backend.beam_parent_decay, backend.seed))
+                           BeamModel(backend.beam_parent_decay, backend.seed, backend.beam_persistence))
     return SimSetup(scheduler, executor, hardware.name, model.tp, budget_bytes, slots,
                     f"{model.name} on {hardware.name} x{model.tp}: {note}")

@@ -1,10 +1,13 @@
 """The simulated executor: each iteration takes as long as the cost model says, on a virtual clock.
 
-An iteration's time is the cost model's time for its batch, plus the KV
-data it moves first (and, between iterations, the host time a fitted preset
-measured on the real backend, `scheduler_s`): device copies (copy-on-write, contiguous forks) and
-swaps (`TransferModel`). A beam search's surviving beams come from the
-seeded `BeamModel`.
+An iteration's time is the cost model's time for its batch with the KV data
+it moves (`TransferModel`) and, between iterations, the host time a fitted
+preset measured on the real backend (`scheduler_s`). Device copies
+(copy-on-write, contiguous forks) run on the compute stream before the
+forward pass and add to it; swaps overlap it layer by layer or run before it,
+as the hardware preset's `host_transfer_overlap` says
+(`TransferModel.iteration_time`). A beam search's surviving beams come from
+the seeded `BeamModel`.
 """
 from __future__ import annotations
 
@@ -42,8 +45,8 @@ class SimExecutor:
         if batch.copy_tokens or batch.swap_out or batch.swap_in:
             if self.transfers is None:
                 raise ValueError("this iteration moves KV data but the sim executor has no transfer model")
-            duration += self.transfers.copy_time(batch.copy_tokens)
-            duration += self.transfers.swap_time(len(batch.swap_out)) + self.transfers.swap_time(len(batch.swap_in))
+            compute = duration + self.transfers.copy_time(batch.copy_tokens)
+            duration = self.transfers.iteration_time(compute, len(batch.swap_out), len(batch.swap_in))
         for seq in batch.prefill:
             if seq.beam:
                 seq.parents = [0] * seq.width

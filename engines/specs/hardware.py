@@ -26,6 +26,10 @@ class HardwareSpec:
     # one layer's K or V). 0: no link modelled; the sim then refuses to time a swap.
     host_link_bandwidth: float = 0.0
     host_transfer_latency_s: float = 0.0
+    # Whether swaps overlap the forward pass: True as vLLM runs them (a separate CUDA stream, each layer's
+    # attention waiting only for its own layer's copies), False for copies that run before the forward pass
+    # on the compute stream, as on a CPU. engines/sim/transfer.py holds the model of both.
+    host_transfer_overlap: bool = False
     # A fitted preset (python -m studies.fit): linear iteration-time terms measured on one model,
     # which replace the roofline; None for a datasheet preset.
     fitted: dict | None = None
@@ -49,6 +53,9 @@ class HardwareSpec:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ValueError(f"hardware.{key} must be >= 0, got {value!r}")
+        if not isinstance(self.host_transfer_overlap, bool):
+            raise ValueError(f"hardware.host_transfer_overlap must be true or false, "
+                             f"got {self.host_transfer_overlap!r}")
         if self.fitted is not None and not isinstance(self.fitted, dict):
             raise ValueError(f"hardware.fitted must be a mapping of fitted terms, got {self.fitted!r}")
 

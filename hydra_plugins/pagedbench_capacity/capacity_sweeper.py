@@ -28,6 +28,7 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
+from engines.batch import ADMISSION_LIMITS
 from results.record.store import ERROR, REFUSED
 from results.sweeps.capacity import Criterion, RateSearch, write_tables
 from results.sweeps.collect import read_error
@@ -153,6 +154,7 @@ class CapacitySweeper(Sweeper):
             at = summaries.get((c, result["capacity"])) or {}
             rows.append({
                 "engine": first.get("engine"), "block_size": first.get("block_size"),
+                "preemption": first.get("preemption"),
                 "workload": first.get("workload"), "model": first.get("model"),
                 "seed": first.get("workload_seed"), "duration_s": first.get("duration_s"),
                 "criterion": self.criteria[k].label, **result,
@@ -161,6 +163,11 @@ class CapacitySweeper(Sweeper):
                 # The run at the capacity found: how full its batches were and what sharing saved there.
                 "batch_size_at_capacity": at.get("steady_mean_batch_size"),
                 "memory_saving_at_capacity": at.get("steady_memory_saving"),
+                # Which limit kept waiting requests out there (shares of the steady window's iterations with
+                # a queue), how much KV was free and how often a request was preempted: the limit that binds.
+                **{f"blocked_by_{limit}_at_capacity": at.get(f"admission_blocked_by_{limit}") for limit in ADMISSION_LIMITS},
+                "mem_free_at_capacity": at.get("steady_mem_free"),
+                "preemptions_at_capacity": at.get("num_preemptions"),
             })
         table = pd.DataFrame(rows)
         write_tables(table, sweep_dir)

@@ -1,6 +1,7 @@
-"""The numbers the report quotes beside ours: the paper's figures and the earlier report's ratios.
+"""The numbers the report quotes beside ours: the paper's figures, the earlier report's ratios and the sharing
+figures before their revision.
 
-Both are data, kept in `data/reference/` (`paper.yaml`, `earlier_report.yaml`);
+All are data, kept in `data/reference/` (`paper.yaml`, `earlier_report.yaml`, `sharing_before.yaml`);
 this module only reads them into the shapes the report's sections use.
 """
 from __future__ import annotations
@@ -54,3 +55,23 @@ def earlier_report(folder: Path = REFERENCE) -> EarlierReport:
     d = _read("earlier_report.yaml", folder)
     return EarlierReport(commit=str(d["commit"]),
                          ratios={(r["workload"], r["baseline"]): float(r["ratio"]) for r in d["ratios"]})
+
+
+@dataclass(frozen=True, slots=True)
+class SharingBefore:
+    """The sharing and swapping figures before their revision (`sharing_before.yaml`)."""
+
+    commit: str
+    ratio_oracle: dict[str, dict[str, float]]          # experiment -> setting -> paged / Orca (Oracle)
+    saving: dict[str, dict[str, float]]                # experiment -> setting -> memory saving %
+    swap_latency: dict[str, dict[int, float]]          # preemption -> block size -> s/token
+
+
+@cache
+def sharing_before(folder: Path = REFERENCE) -> SharingBefore:
+    d = _read("sharing_before.yaml", folder)
+    return SharingBefore(commit=str(d["commit"]),
+                         ratio_oracle={k: {str(s): float(v) for s, v in g.items()} for k, g in d["ratio_oracle"].items()},
+                         saving={k: {str(s): float(v) for s, v in g.items()} for k, g in d["saving"].items()},
+                         swap_latency={k: {int(b): float(v) for b, v in g.items()}
+                                       for k, g in d["swap_latency"].items()})

@@ -16,7 +16,7 @@ import pandas as pd
 
 from engines.sim.swap_cost import swap_costs
 from engines.specs.presets import load_hardware, load_model
-from results.report.paper import paper
+from results.report.paper import paper, sharing_before
 from results.report.section import NotRun, Section, experiment_not_run, shown
 from results.sweeps.capacity import BOUND_WORDS, CAPACITY_CSV, bound_warning, combined_bound
 from results.sweeps.sustainable import ratio_bound
@@ -77,6 +77,25 @@ def _ratio(per_seed: pd.Series) -> str:
     return text + (f" ({per_seed.min():.2f}-{per_seed.max():.2f})" if len(per_seed) > 1 else "")
 
 
+LIMIT_WORDS = {"memory": "memory", "max_num_seqs": "row cap", "token_budget": "token budget"}
+
+
+def binding_limit(runs: pd.DataFrame) -> str:
+    """Which limit kept waiting requests out in the runs at capacity (mean over seeds of each limit's share of the
+    steady window's iterations with a queue), with the KV left free: "row cap 97%, KV 45% free"; "n/a" for a
+    capacity table written before these were recorded."""
+    columns = [f"blocked_by_{limit}_at_capacity" for limit in LIMIT_WORDS]
+    if not len(runs) or any(c not in runs for c in columns) or runs[columns].isna().all().all():
+        return "n/a"
+    shares = runs[columns].mean()
+    top = shares.idxmax()
+    if not shares[top] > 0:
+        return "none (no queue)"
+    limit = top.removeprefix("blocked_by_").removesuffix("_at_capacity")
+    free = runs["mem_free_at_capacity"].mean() if "mem_free_at_capacity" in runs else float("nan")
+    return f"{LIMIT_WORDS[limit]} {100 * shares[top]:.0f}%, KV {_pct(free)}% free"
+
+
 def capacity_rows(cap: pd.DataFrame, criterion: str, paper_saving: dict | None = None) -> list[list[str]]:
     """One row per workload setting: each engine's capacity (mean over seeds), paged over each baseline (mean
     and min-max of the per-seed ratios), the memory saving in the paged run at its capacity (mean). A figure
@@ -97,10 +116,39 @@ def capacity_rows(cap: pd.DataFrame, criterion: str, paper_saving: dict | None =
         key = setting(workload)
         row = [key] + cells + ratios
         row.append(_pct(saving))
+        row.append(binding_limit(paged))
         if paper_saving is not None:
             row.append(_num(paper_saving.get(key)) if key in paper_saving else "-")
         rows.append(row)
     return rows
+
+
+def before_cell(experiment: str, key: str, saving: bool = True) -> str:
+    """This setting's paged / Orca (Oracle) ratio (and saving %) before the sharing figures' revision."""
+    b = sharing_before()
+    ratio = b.ratio_oracle.get(experiment, {}).get(key)
+    cells = [f"{ratio:.2f}x" if ratio is not None else "-"]
+    if saving:
+        value = b.saving.get(experiment, {}).get(key)
+        cells.append(f"{value:.1f}" if value is not None else "-")
+    return ", ".join(cells)
+
+
+SEQ_CAP = 1024   # the raised row cap of the *_seqcap sweeps
+
+
+def raised_cap(experiments: Path, name: str, label: str, header: list[str], section: Section) -> str:
+    """The same search with `limits.max_num_seqs` raised (outputs/experiments/NAME_seqcap), so that memory, not
+    the row cap, limits the paged engine: the text, or "" and a NotRun when it has no runs."""
+    folder = f"{name}_seqcap"
+    command = f"python run.py -m experiment={name} limits.max_num_seqs={SEQ_CAP} experiment_name={folder}"
+    cap = load_capacity(experiments, folder)
+    if cap is None:
+        section.not_run.append(NotRun(f"{label} with the row cap raised to {SEQ_CAP}", command, experiments / folder))
+        return ""
+    section.warnings += capacity_warnings(cap, experiments / folder)
+    return (f"With the row cap raised from 256 to {SEQ_CAP} sequences (`{command}`), the limit that binds the "
+            "paged engine and the ratios become:\n\n" + _table(header, capacity_rows(cap, "latency")) + "\n")
 
 
 def section_sampling(experiments: Path) -> Section:
@@ -118,7 +166,7 @@ def section_sampling(experiments: Path) -> Section:
             "time-averaged over the steady window of the run at its capacity (mean over seeds).\n\n")
     parts, section = [head], Section()
     header = ["setting", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
-              "paper saving %"]
+              "paged's binding limit", "paper saving %", f"before ({sharing_before().commit}): paged/oracle, saving %"]
     for name, label in (("sampling", "Parallel sampling"), ("beam", "Beam search")):
         cap = load_capacity(experiments, name)
         command = f"`python run.py -m experiment={name}` (`python -m results.sweeps.capacity outputs/experiments/{name}`)"
@@ -127,11 +175,12 @@ def section_sampling(experiments: Path) -> Section:
             continue
         section.has_runs = True
         section.warnings += capacity_warnings(cap, experiments / name)
-        parts.append(f"**{label}**, {command}, capacity in req/s:\n\n"
-                     + _table(header, capacity_rows(cap, "latency", paper().saving_alpaca)) + "\n")
+        rows = [r + [before_cell(name, r[0])] for r in capacity_rows(cap, "latency", paper().saving_alpaca)]
+        parts.append(f"**{label}**, {command}, capacity in req/s:\n\n" + _table(header, rows) + "\n")
         good = capacity_rows(cap, "goodput")
         parts.append("Under the goodput criterion (90% of requests within TTFT <= 1 s and TPOT <= 0.1 s), "
                      "paged / oracle: " + ", ".join(f"{r[0]} {r[7]}" for r in good) + ".\n")
+        parts.append(raised_cap(experiments, name, label, header[:-2], section))
     parts.append(trace_length_check(experiments))
     long = load_capacity(experiments, "sampling_1h")
     if long is None and section.has_runs:
@@ -152,13 +201,16 @@ def section_sampling(experiments: Path) -> Section:
         for workload, g in saving[saving["criterion"].str.startswith("latency")].groupby("workload", sort=False):
             key = setting(workload)
             paper_range = paper().saving_sharegpt["beam" if key.startswith("beam") else "n"]
+            before = sharing_before().saving.get("saving", {}).get(key)
             rows.append([key, _num(g["capacity"].mean()) + bound_note(combined_bound(g["bound"])),
                          _pct(g["memory_saving_at_capacity"].mean()),
-                         _num(g["batch_size_at_capacity"].mean()), paper_range])
+                         _num(g["batch_size_at_capacity"].mean()), paper_range,
+                         "-" if before is None else f"{before:.1f}"])
         parts.append("**ShareGPT memory saving**, `python run.py -m experiment=saving` (the paged engine's "
                      "capacity search; the saving in the run at its capacity):\n\n"
                      + _table(["setting", "paged capacity (req/s)", "saving %", "mean batch (requests)",
-                               "paper saving % (range over n or width)"], rows) + "\n")
+                               "paper saving % (range over n or width)",
+                               f"saving % before ({sharing_before().commit})"], rows) + "\n")
     check = section_beam_check(experiments.parent / "beam_check" / "beam_check.csv")
     parts.append(check.text)
     section.has_runs |= check.has_runs
@@ -231,11 +283,11 @@ def section_prefix(experiments: Path) -> Section:
     if cap is None:
         return Section(not_run=[experiment_not_run("Shared prefix (Figure 16)", "prefix", experiments)])
     header = ["prefix", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
-              "paper paged/oracle"]
+              "paged's binding limit", "paper paged/oracle", f"before ({sharing_before().commit}): paged/oracle"]
     paper_ratio = {f"{k}shot": f"{v}x" for k, v in paper().prefix_ratio.items()}
     rows = capacity_rows(cap, "latency")
     for r in rows:
-        r.append(paper_ratio.get(r[0], "-"))
+        r += [paper_ratio.get(r[0], "-"), before_cell("prefix", r[0], saving=False)]
     return Section(head + "Capacity (req/s) at mean normalized latency <= 0.2 s/token:\n\n" + _table(header, rows)
                    + "\n", has_runs=True, warnings=capacity_warnings(cap, experiments / "prefix"))
 
@@ -248,11 +300,12 @@ def section_chat(experiments: Path) -> Section:
     cap = load_capacity(experiments, "chat")
     if cap is None:
         return Section(not_run=[experiment_not_run("Chatbot (Figure 17)", "chat", experiments)])
-    header = ["criterion", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle"]
+    header = ["criterion", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle",
+              f"before ({sharing_before().commit}): paged/oracle"]
     rows = []
     for crit in ("latency", "goodput"):
         for r in capacity_rows(cap, crit):
-            rows.append([crit] + r[1:8])
+            rows.append([crit] + r[1:8] + [before_cell("chat", "n1", saving=False) if crit == "latency" else "-"])
     return Section(head + "Capacity (req/s):\n\n" + _table(header, rows) + "\n", has_runs=True,
                    warnings=capacity_warnings(cap, experiments / "chat"))
 
@@ -262,8 +315,14 @@ def section_swap(experiments: Path, swap_bench: Path) -> Section:
     head = ("## Swapping and recomputation (Figure 19)\n\n"
             "A preempted request's blocks move to a host pool and back (`engine.preemption=swap`), or are freed "
             "and recomputed by a prefill (`recompute`). The sim charges a swap one transfer per block, layer, K "
-            "and V, each 10 us of fixed cost plus its bytes over 25 GB/s of PCIe 4.0 (`conf/hardware/"
-            "a100-40gb.yaml`; estimates until a GPU run of the swap benchmark measures them).\n\n")
+            "and V, each 10 us of fixed cost (an assumption for a small pinned cudaMemcpyAsync: launch and DMA "
+            "set-up, not measured on an A100 here) plus its bytes over 25 GB/s of PCIe 4.0 "
+            "(`conf/hardware/a100-40gb.yaml`). As vLLM's cache engine issues them on a separate CUDA stream and "
+            "each layer waits only for its own layer's copies, swaps overlap the forward pass layer by layer: an "
+            "iteration of compute C and transfers T over L layers takes max(C + T/L, T + C/L) "
+            "(`engines/sim/transfer.py`; `hardware.host_transfer_overlap=false` runs them before the forward pass, "
+            "as the previous revision did). The overlap is the optimistic bound for small blocks: the host's "
+            "share of each transfer's fixed cost cannot hide behind the GPU.\n\n")
     costs = swap_costs(load_model("opt-13b"), load_hardware("a100-40gb"), 1024)
     rows = [[str(int(r["block_size"])), _num(r["swap_one_way_ms"], ".1f"), _num(r["recompute_ms"], ".1f"),
              _num(r["recompute_over_swap"], ".2f")] for r in costs]
@@ -288,29 +347,68 @@ def section_swap(experiments: Path, swap_bench: Path) -> Section:
                      f"in RAM, and recomputation is slow on 2 cores; fitted: "
                      f"{1e6 * meta.get('fit_host_transfer_latency_s', float('nan')):.1f} us per transfer):\n\n"
                      + _table(["block size", "swap out (ms)", "swap in (ms)", "recompute (ms)"], rows) + "\n")
+    cap = load_capacity(experiments, "swap_capacity")
+    if cap is None:
+        section.not_run.append(experiment_not_run("Swapping: Figure 19b as capacities", "swap_capacity", experiments))
+    else:
+        section.has_runs = True
+        section.warnings += capacity_warnings(cap, experiments / "swap_capacity")
+        parts.append("**Figure 19b as capacities**, `python run.py -m experiment=swap_capacity` (the paged "
+                     "engine's capacity at each block size and policy, mean normalized latency <= 0.2 s/token, "
+                     "ShareGPT, 10-minute Poisson traces, seeds 0-2; req/s, mean (min-max)):\n\n"
+                     + _table(["block size", "swap", "recompute", "swap / recompute"], swap_capacity_rows(cap))
+                     + "\n")
     agg = load_aggregate(experiments, "swap")
     if agg is None:
         section.not_run.append(experiment_not_run("Swapping: Figure 19b on the sim", "swap", experiments))
     else:
         section.has_runs = True
-        rows = preemption_rows(agg, "steady_norm_latency_s_mean", ".3f")
-        parts.append("**Figure 19b on the sim**, `python run.py -m experiment=swap` (ShareGPT at 4 req/s for an "
-                     "hour, just below the paged engine's capacity; mean normalized latency over the steady "
-                     "window, s/token):\n\n"
-                     + _table(["block size", "swap: latency", "swap: preemptions", "recompute: latency",
-                               "recompute: preemptions"], rows) + "\n")
+        before = sharing_before()
+        rows = [r + [f"{before.swap_latency['swap'].get(int(r[0]), float('nan')):.3f} / "
+                     f"{before.swap_latency['recompute'].get(int(r[0]), float('nan')):.3f}"]
+                for r in preemption_rows(agg, "steady_norm_latency_s_mean", ".3f")]
+        parts.append("**Figure 19b on the sim**, `python run.py -m experiment=swap` (ShareGPT for an hour, each block "
+                     "size at 85% of its own capacity, the lower of its two policies' above (`conf/experiment/"
+                     "swap.yaml`): memory runs short and requests are preempted, but no queue grows without end; "
+                     "mean normalized latency over the steady window, s/token). The last column is the previous "
+                     f"revision's ({before.commit}: every block size at 4 req/s, past the capacity of blocks <= 4 "
+                     "and 256, swaps serial):\n\n"
+                     + _table(["block size", "req/s", "swap: latency", "swap: preemptions", "recompute: latency",
+                               "recompute: preemptions", f"before ({before.commit}): swap / recompute"], rows) + "\n")
     parts.append("The paper: swapping suffers with small blocks (many small PCIe transfers); recomputation's cost "
                  "does not depend on the block size; the two are comparable for blocks of 16-64.\n")
     section.text = "\n".join(parts)
     return section
 
 
+def swap_capacity_rows(cap: pd.DataFrame) -> list[list[str]]:
+    """Per block size: the capacity preempting by swap and by recompute (mean (min-max) over seeds), and their
+    ratio (mean of the per-seed ratios); a capacity that is only a bound says so."""
+    sub = cap[cap["criterion"].str.startswith("latency")]
+    rows = []
+    for bs, g in sub.groupby("block_size"):
+        seeds = g.pivot_table(index="seed", columns="preemption", values="capacity", aggfunc="mean")
+        bounds = g.groupby("preemption")["bound"].agg(combined_bound)
+        cells = []
+        for p in ("swap", "recompute"):
+            if p not in seeds:
+                cells.append("n/a")
+                continue
+            c = seeds[p].dropna()
+            spread = f" ({c.min():.3g}-{c.max():.3g})" if len(c) > 1 else ""
+            cells.append(f"{c.mean():.3g}{spread}" + bound_note(bounds[p]))
+        ratio = _ratio(seeds["swap"] / seeds["recompute"]) if {"swap", "recompute"} <= set(seeds) else "n/a"
+        rows.append([str(int(bs)), *cells, ratio])
+    return rows
+
+
 def preemption_rows(agg: pd.DataFrame, metric: str, spec: str) -> list[list[str]]:
-    """Per block size: `metric` and the preemptions, preempting by swap and by recompute."""
+    """Per block size: its request rate, `metric` and the preemptions, preempting by swap and by recompute."""
     rows = []
     for bs, g in agg.groupby("block_size"):
         by = {p: s.iloc[0] for p, s in g.groupby("preemption")}
-        cells = []
+        rate = g["request_rate"].iloc[0] if "request_rate" in g else None
+        cells = [_num(rate)]
         for p in ("swap", "recompute"):
             s = by.get(p)
             cells += ["n/a", "n/a"] if s is None else [_num(s[metric], spec), _num(s["num_preemptions"], ".0f")]
@@ -360,8 +458,8 @@ def section_real_sharing(experiments: Path) -> Section:
         section.has_runs = True
         rows = preemption_rows(agg, "output_tokens_per_s", ".1f")
         parts.append("**Figure 19b: swap vs recompute**, `python run.py -m experiment=swap_real`:\n\n"
-                     + _table(["block size", "swap: output tok/s", "swap: preemptions", "recompute: output tok/s",
-                               "recompute: preemptions"], rows) + "\n")
+                     + _table(["block size", "req/s", "swap: output tok/s", "swap: preemptions",
+                               "recompute: output tok/s", "recompute: preemptions"], rows) + "\n")
     if section.has_runs:
         section.text = "\n".join(parts)
     return section

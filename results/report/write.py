@@ -25,6 +25,7 @@ import tempfile
 
 from paths import EXPERIMENTS, KEPT_RUNS, OUTPUTS, REPORT
 from results.report.section import NotRun, Section, shown
+from results.report.sensitivity import section_sensitivity
 from results.report.sharing import section_chat, section_prefix, section_real_sharing, section_sampling, section_swap
 from results.record.store import atomic_write
 from results.sweeps.collect import collect, mixed_code_note
@@ -94,6 +95,7 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
         section_prefix(experiments),
         section_chat(experiments),
         section_swap(experiments, swap_bench),
+        section_sensitivity(experiments.parent / "sensitivity"),
         section_real(real_cpu),
         section_real_sharing(experiments),
         section_validation(replay_dir),

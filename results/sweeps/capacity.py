@@ -55,7 +55,7 @@ RATIOS_CSV = "capacity_ratios.csv"
 CRITERIA = ("latency", "goodput")
 # A bound ("=" exact, ">=" capacity at least, "<" capacity under, "<=" a ratio at most, "?" both ways) in words.
 BOUND_WORDS = {"=": "exact", ">=": "lower bound", "<": "upper bound", "<=": "upper bound", "?": "bounds both ways"}
-CURVE_KEYS = ("engine", "block_size", "workload", "model", "seed", "criterion")
+CURVE_KEYS = ("engine", "block_size", "preemption", "workload", "model", "seed", "criterion")
 log = logging.getLogger("pagedbench")
 
 
@@ -278,7 +278,7 @@ def ratio_summary(ratios: pd.DataFrame) -> pd.DataFrame:
 
 def capacity_summary(capacity: pd.DataFrame) -> pd.DataFrame:
     """Mean and min-max over seeds of each engine's capacity, with the mean's bound and why (see `ratio_summary`)."""
-    keys = [c for c in ("workload", "model", "criterion", "engine", "block_size") if c in capacity]
+    keys = [c for c in ("workload", "model", "criterion", "engine", "block_size", "preemption") if c in capacity]
     out = _over_seeds(name_bounds(capacity[capacity["capacity"].notna()]), keys, "capacity")
     out["_rank"] = out["engine"].map(engine_rank)
     return out.sort_values([*keys[:3], "_rank"], kind="mergesort").drop(columns="_rank").reset_index(drop=True)
@@ -290,6 +290,10 @@ def curve_label(row) -> str:
     for key in CURVE_KEYS:
         value = row.get(key)
         if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        if key == "preemption":
+            if value != "auto":   # the default rule goes unsaid
+                words.append(f"preempt by {value}")
             continue
         words.append(f"block {int(value)}" if key == "block_size" else f"seed {_seed(value)}" if key == "seed"
                      else str(value))

@@ -164,3 +164,13 @@ def test_sim_run_with_more_prefixes_than_the_pool_holds_finishes(sim_setting):
         requests.append(Request(i, t, prompt, rng.randint(4, 40), prefix_id=p, prefix_len=len(prefixes[p])))
     record, summary = sim_run(sim_setting, EngineConfig(name="paged"), requests, 60 * 16)   # 60 blocks < 90
     all_finished(record, summary)
+
+
+def test_idle_cached_prefixes_count_on_neither_side_of_the_saving():
+    kv = PagedKV(12 * BS, block_size=BS, watermark=0.0)
+    for i, prefix_id in enumerate((0, 1, 2)):
+        cache_prefix(kv, i, prefix_id)                               # 3 idle prefixes, 2 blocks each
+    assert kv.pool.num_free == 6 and kv.usage() == (0, 0)           # not a saving of -infinity
+    seq = group(5, 2 * BS + 3, 4, prefix_id=1, prefix_len=2 * BS)   # maps prefix 1: those 2 blocks shared
+    admit_and_prefill(kv, seq)
+    assert kv.usage() == (3 * BS, 3 * BS)                            # its 3 blocks; prefixes 0 and 2 idle

@@ -101,9 +101,14 @@ def check_invariants(kv: PagedKV, held: list[Sequence], swapped=()) -> None:
         check_pool(kv.cpu_pool, [t for tables in kv.cpu_tables.values() for t in tables], "host")
     else:
         assert not kv.cpu_tables
-    # (5) usage: slots the tables would take unshared, slots allocated.
+    # (5) usage: slots the tables would take unshared, slots allocated to groups (a row's or a swapped group's
+    # block; a cached block no group holds is not counted).
     logical = sum(len(t) * bs for tables in kv.block_tables.values() for t in tables)
-    assert kv.usage() == (logical, len(allocated) * bs)
+    held_blocks = {b for tables in kv.block_tables.values() for t in tables for b in t}
+    held_blocks |= {b for kept in kv.swap_kept.values() for b in kept}
+    assert held_blocks <= allocated
+    idle = {b for blocks in kv.prefix_blocks.values() for b in blocks} - held_blocks
+    assert kv.usage() == (logical, len(allocated - idle) * bs)
     # (4) the split sums to the capacity and counts each physical slot holding a token once.
     stored = sum(s.width * s.length for s in held)
     split = kv.split(held, None, stored)
@@ -521,10 +526,10 @@ def test_contiguous_group_takes_a_region_per_row_and_copies_on_fork():
     assert all(src == start and n == seq.length - 1 for src, _, n in batch.region_copies)
     assert batch.copy_tokens == 2 * (seq.length - 1)
     seq.generated = 3
-    kv.fork(seq, [1, 1, 0])                     # rows 0 and 2 take other rows' histories; row 1 keeps its own
+    kv.fork(seq, [1, 1, 0])                     # rows 0 and 2 keep their parents' regions; row 1 takes dead row 2's
     batch = drained(kv)
-    start = {row: kv.arena.regions[kv._key(seq, row)].start for row in range(3)}
-    assert batch.region_copies == [(start[1], start[0], seq.length - 1), (start[0], start[2], seq.length - 1)]
+    start = {index: kv.arena.regions[kv._key(seq, index)].start for index in range(3)}
+    assert batch.region_copies == [(start[1] + 10, start[2] + 10, 2)]   # only what followed the shared prompt
     kv.fork(seq, [0, 1, 2])                     # every row keeps its own history: nothing to copy
     assert drained(kv).region_copies == []
     kv.free(seq)

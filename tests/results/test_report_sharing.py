@@ -30,13 +30,39 @@ def test_sampling_section_sets_ratios_and_the_papers_saving_beside_ours(tmp_path
     cap.to_csv(tmp_path / "sampling" / "capacity.csv", index=False)
     section = rs.section_sampling(tmp_path)
     text = section.text
-    assert "| n2 | 1 | 2 | 4 | 6 | 6.00x | 3.00x | 1.50x | 8.5 | 6.09 |" in text
-    assert "| n4 | 0.5 | 1 | 2 | 5 | 10.00x | 5.00x | 2.50x | 8.5 | 8.53 |" in text
+    assert "| n2 | 1 | 2 | 4 | 6 | 6.00x | 3.00x | 1.50x | 8.5 | n/a | 6.09 |" in text
+    assert "| n4 | 0.5 | 1 | 2 | 5 | 10.00x | 5.00x | 2.50x | 8.5 | n/a | 8.53 |" in text
     # Missing parts are named with their commands, not written as placeholders.
     assert "python run.py -m experiment=beam" in not_run(section)
     assert "python run.py -m experiment=saving" in not_run(section)
     assert section.has_runs and "Not run" not in text and "**Beam search**" not in text
     assert section.warnings == []                                    # every capacity exact: nothing to warn of
+
+
+def test_beam_rows_name_the_limit_that_binds_paged(tmp_path):
+    cap = capacity_rows(["alpaca_synthetic_beam4"], [{"orca-oracle": 2.0, "paged": 5.0}], 0.6)
+    paged = cap["engine"] == "paged"
+    cap = cap.assign(blocked_by_memory_at_capacity=0.0, blocked_by_max_num_seqs_at_capacity=0.0,
+                     blocked_by_token_budget_at_capacity=0.0, mem_free_at_capacity=0.0)
+    cap.loc[paged, "blocked_by_max_num_seqs_at_capacity"] = 0.9
+    cap.loc[paged, "blocked_by_memory_at_capacity"] = 0.1
+    cap.loc[paged, "mem_free_at_capacity"] = 0.45
+    (tmp_path / "beam").mkdir()
+    cap.to_csv(tmp_path / "beam" / "capacity.csv", index=False)
+    text = rs.section_sampling(tmp_path).text
+    assert "| beam4 | n/a | n/a | 2 | 5 | n/a | n/a | 2.50x | 60.0 | row cap 90%, KV 45.0% free | 53.1 |" in text
+    section = rs.section_sampling(tmp_path)
+    raised = "python run.py -m experiment=beam limits.max_num_seqs=1024 experiment_name=beam_seqcap"
+    assert raised in not_run(section)                                # not run yet: named with its command
+    (tmp_path / "beam_seqcap").mkdir()
+    seqcap = cap.assign(capacity=cap["capacity"].where(~paged, 8.0))
+    seqcap.loc[paged, "blocked_by_max_num_seqs_at_capacity"] = 0.0   # now memory binds
+    seqcap.to_csv(tmp_path / "beam_seqcap" / "capacity.csv", index=False)
+    section = rs.section_sampling(tmp_path)
+    assert raised not in not_run(section)
+    assert "| beam4 | n/a | n/a | 2 | 8 | n/a | n/a | 4.00x | 60.0 | memory 10%, KV 45.0% free |" in section.text
+    none = cap.assign(blocked_by_max_num_seqs_at_capacity=0.0, blocked_by_memory_at_capacity=0.0)
+    assert rs.binding_limit(none[none["engine"] == "paged"]) == "none (no queue)"
 
 
 def test_prefix_and_chat_sections(tmp_path):
@@ -45,8 +71,8 @@ def test_prefix_and_chat_sections(tmp_path):
                   [{"orca-oracle": 2.0, "paged": 3.0}, {"orca-oracle": 1.0, "paged": 3.5}], 0.1).to_csv(
         tmp_path / "prefix" / "capacity.csv", index=False)
     text = rs.section_prefix(tmp_path).text
-    assert "| 1shot | n/a | n/a | 2 | 3 | n/a | n/a | 1.50x | 10.0 | 1.67x |" in text
-    assert "| 5shot | n/a | n/a | 1 | 3.5 | n/a | n/a | 3.50x | 10.0 | 3.58x |" in text
+    assert "| 1shot | n/a | n/a | 2 | 3 | n/a | n/a | 1.50x | 10.0 | n/a | 1.67x |" in text
+    assert "| 5shot | n/a | n/a | 1 | 3.5 | n/a | n/a | 3.50x | 10.0 | n/a | 3.58x |" in text
     assert "generated from stated statistics" in text
     chat = rs.section_chat(tmp_path)
     assert not_run(chat) == ["python run.py -m experiment=chat"] and chat.text == "" and not chat.has_runs
@@ -54,14 +80,30 @@ def test_prefix_and_chat_sections(tmp_path):
 
 def test_swap_section_reads_the_sweep_and_the_benchmark(tmp_path):
     (tmp_path / "swap").mkdir()
-    rows = [{"block_size": bs, "preemption": p, "steady_norm_latency_s_mean": lat, "num_preemptions": 10}
-            for bs, p, lat in [(16, "swap", 0.1), (16, "recompute", 0.12), (1, "swap", 0.5), (1, "recompute", 0.12)]]
+    rows = [{"block_size": bs, "preemption": p, "steady_norm_latency_s_mean": lat, "num_preemptions": 10,
+             "request_rate": rate}
+            for bs, p, lat, rate in [(16, "swap", 0.1, 3.85), (16, "recompute", 0.12, 3.85), (1, "swap", 0.5, 1.9),
+                                     (1, "recompute", 0.12, 1.9)]]
     pd.DataFrame(rows).to_parquet(tmp_path / "swap" / "aggregate.parquet")
     section = rs.section_swap(tmp_path, tmp_path / "no_bench")
     text = section.text
-    assert "| 1 | 0.500 | 10 | 0.120 | 10 |" in text and "| 16 | 0.100 | 10 | 0.120 | 10 |" in text
-    assert "Figure 19a on the sim" in text
-    assert section.has_runs and [p.where for p in section.not_run] == [tmp_path / "no_bench"]
+    # Each block size at its own rate, the previous revision's latencies (4 req/s, serial swaps) beside.
+    assert "| 1 | 1.9 | 0.500 | 10 | 0.120 | 10 | 62.417 / 30.939 |" in text
+    assert "| 16 | 3.85 | 0.100 | 10 | 0.120 | 10 | 0.077 / 0.073 |" in text
+    assert "Figure 19a on the sim" in text and "max(C + T/L, T + C/L)" in text
+    assert section.has_runs
+    assert [p.where for p in section.not_run] == [tmp_path / "no_bench", tmp_path / "swap_capacity"]
+    # Capacity per block size and policy.
+    (tmp_path / "swap_capacity").mkdir()
+    cap = pd.DataFrame([{"engine": "paged", "block_size": bs, "preemption": p, "seed": seed,
+                         "criterion": "latency<=0.2s/tok", "capacity": c, "bound": "=", "done": True}
+                        for bs, p, seed, c in [(1, "swap", 0, 2.0), (1, "swap", 1, 2.4), (1, "recompute", 0, 2.5),
+                                               (1, "recompute", 1, 2.5), (16, "swap", 0, 4.5), (16, "swap", 1, 4.5),
+                                               (16, "recompute", 0, 4.0), (16, "recompute", 1, 4.5)]])
+    cap.to_csv(tmp_path / "swap_capacity" / "capacity.csv", index=False)
+    text = rs.section_swap(tmp_path, tmp_path / "no_bench").text
+    assert "| 1 | 2.2 (2-2.4) | 2.5 (2.5-2.5) | 0.88x (0.80-0.96) |" in text
+    assert "| 16 | 4.5 (4.5-4.5) | 4.25 (4-4.5) | 1.06x (1.00-1.12) |" in text
 
 
 def test_the_one_hour_check_sets_both_trace_lengths_side_by_side(tmp_path):
@@ -85,8 +127,8 @@ def test_a_capacity_that_is_only_a_bound_is_named_one(tmp_path):
         tmp_path / "sampling" / "capacity.csv", index=False)
     section = rs.section_sampling(tmp_path)
     assert ("| n2 | 1 | 2 | 4 | 1e+03, lower bound | 1000.00x, lower bound | 500.00x, lower bound "
-            "| 250.00x, lower bound | 8.5 | 6.09 |") in section.text
-    assert "| n4 | 0.01, upper bound | 1 | 2 | 5 | 500.00x, lower bound | 5.00x | 2.50x | 8.5 | 8.53 |" in section.text
+            "| 250.00x, lower bound | 8.5 | n/a | 6.09 |") in section.text
+    assert "| n4 | 0.01, upper bound | 1 | 2 | 5 | 500.00x, lower bound | 5.00x | 2.50x | 8.5 | n/a | 8.53 |" in section.text
     assert " *" not in section.text
     assert len(section.warnings) == 1
     warning = section.warnings[0]
