@@ -11,7 +11,8 @@ import yaml
 
 from results.report.section import NotRun, Section, shown
 from results.report.replay_table import ITERATION_MAPE_TARGET_PCT, RUN_ERROR_TARGET_PCT, format_table, misses
-from results.report.paper_sections import ENGINES, num, pct, table
+from results.report.markdown import num, pct, table
+from results.report.paper_sections import ENGINES
 
 
 def calibration_note(replay_dir: Path) -> str:
@@ -91,7 +92,7 @@ def section_real(folder: Path) -> Section:
         return Section(not_run=[NotRun("The real backend on this machine's CPU",
                                        "python run.py -m engine=static,orca,paged", folder)])
     summaries = {json.loads(p.read_text())["engine"]: json.loads(p.read_text()) for p in runs}
-    rows = [[e, num(s["output_tokens_per_s"], ".1f"), num(s["mean_batch_size"]), pct(s["mem_token_states"]),
+    rows = [[e, num(s["output_tokens_per_s"], ".1f"), num(s["mean_batch_size"], ".2f"), pct(s["mem_token_states"]),
              pct(s["mem_waiting_token_states"]), num(s["wall_s"], ".0f")]
             for e, s in sorted(summaries.items(), key=lambda kv: ENGINES.index(kv[0]))]
     text = head + table(["engine", "output tok/s", "mean decode batch", "token states %",

@@ -11,45 +11,19 @@ import pandas as pd
 from engines.kv.budget import kv_budget
 from paths import EXPERIMENTS
 from engines.specs.presets import load_hardware, load_model
+from results.report.markdown import num, pct, table
 from results.report.section import NotRun, Section, experiment_not_run
-from results.report.sharing import bound_note, capacity_warnings
-from results.sweeps.capacity import CAPACITY_CSV, capacity_summary, ratio_summary, ratio_table
+from results.report.bounds import bound_note, capacity_warnings
+from results.sweeps.capacity import capacity_summary, ratio_summary, ratio_table
 from results.sweeps.sustainable import ratio_bound
 from results.report.plots import (has_curve, plot_batch_size, plot_block_size, plot_latency_vs_rate,
                                   plot_memory_waste, rate_curves)
 from results.report.paper import earlier_report, paper
-from results.sweeps.collect import collect
 
 
 THRESHOLD = 0.2           # s/token: the latency criterion of experiment=capacity
 CATS = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
 ENGINES = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
-
-
-def pct(x) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100 * x:.1f}"
-
-
-def num(x, spec=".2f") -> str:
-    return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
-
-
-def load(experiments: Path, name: str) -> pd.DataFrame | None:
-    folder = experiments / name
-    if not folder.is_dir():
-        return None
-    df = collect(folder)
-    return df if len(df) else None
-
-
-def load_capacity(experiments: Path, name: str = "capacity") -> pd.DataFrame | None:
-    path = experiments / name / CAPACITY_CSV
-    return pd.read_csv(path) if path.is_file() else None
 
 
 def section_table1() -> Section:
@@ -83,7 +57,7 @@ def trace_length_effect(capacity: pd.DataFrame, short: pd.DataFrame) -> str:
 
     def ratio(table) -> str:
         (paged, paged_bound), (oracle, oracle_bound) = at(table, "paged"), at(table, "orca-oracle")
-        return num(paged / oracle) + "x" + bound_note(ratio_bound(paged_bound, oracle_bound))
+        return num(paged / oracle, ".2f") + "x" + bound_note(ratio_bound(paged_bound, oracle_bound))
 
     rows = []
     for engine in ("orca-oracle", "paged"):
@@ -256,7 +230,7 @@ def section_batch(df: pd.DataFrame | None, figures: Path, experiments: Path = EX
     for (workload, rate), g in df.groupby(["workload", "request_rate"]):
         by = g.set_index("engine")["steady_mean_batch_size"]
         paper_batch = paper().figure13.get((workload, float(rate)))
-        rows.append([workload, num(rate, "g"), *(num(by.get(e, math.nan)) for e in ENGINES),
+        rows.append([workload, num(rate, "g"), *(num(by.get(e, math.nan), ".2f") for e in ENGINES),
                      " / ".join(f"{p:.2f}" for p in paper_batch) if paper_batch else ""])
     return Section(head + table(["workload", "req/s", *ENGINES, "paper: orca max / pow2 / oracle / vLLM"], rows)
             + "\n\nOrca (Max) batches 7 requests wherever memory binds, as in the paper: the budget holds 7 "

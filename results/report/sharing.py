@@ -1,80 +1,37 @@
-"""The report's sections on sharing and swapping (the paper's Figures 14-17 and 19), read from run folders.
+"""The report's sections on sharing (the paper's Figures 14-17), read from run folders.
 
 Each section reads the capacity table (`capacity.csv`) or the aggregate of its
 experiment under outputs/experiments/NAME, and sets the paper's numbers
 beside ours; a part without runs is left out and named (`section.NotRun`).
 A capacity that is only a bound says so in words ("6, lower bound"), as does
-a ratio with one in it. `results.report.write` puts them in the report.
+a ratio with one in it. `results.report.write` puts them in the report; the beam model's sections are in
+`beams`, swapping's (Figure 19) in `swapping`.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
 import pandas as pd
 
-from engines.sim.swap_cost import swap_costs
-from engines.specs.presets import load_hardware, load_model
+from results.report.beams import section_beam_check, section_persistence
+from results.report.bounds import bound_note, capacity_warnings, ratio_cell
+from results.report.markdown import num, pct, table
 from results.report.paper import paper, sharing_before
-from results.report.section import NotRun, Section, experiment_not_run, shown
-from results.sweeps.capacity import BOUND_WORDS, CAPACITY_CSV, bound_warning, combined_bound
+from results.report.read import load_aggregate, load_capacity
+from results.report.section import NotRun, Section, experiment_not_run
+from results.report.swapping import preemption_rows
+from results.sweeps.capacity import combined_bound
 from results.sweeps.sustainable import ratio_bound
 
 BASELINES = ("orca-max", "orca-pow2", "orca-oracle")
 # Figures 14-15 (OPT-13B, Alpaca): memory saving by sharing, %.
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def _num(x, spec: str = ".3g") -> str:
-    return "n/a" if x is None or pd.isna(x) else format(x, spec)
-
-
-def _pct(x) -> str:
-    return "n/a" if x is None or pd.isna(x) else f"{100 * x:.1f}"
-
-
-def load_capacity(experiments: Path, name: str) -> pd.DataFrame | None:
-    path = experiments / name / CAPACITY_CSV
-    return pd.read_csv(path) if path.is_file() else None
-
-
-def load_aggregate(experiments: Path, name: str) -> pd.DataFrame | None:
-    path = experiments / name / "aggregate.parquet"
-    return pd.read_parquet(path) if path.is_file() else None
-
-
 def setting(workload: str) -> str:
     """"alpaca_synthetic_beam4" -> "beam4"; "..._n2" -> "n2"; "translation_5shot" -> "5shot"; else "n1"."""
     match = re.search(r"_(n\d+|beam\d+|\d+shot)$", str(workload))
     return match.group(1) if match else "n1"
-
-
-def bound_note(bound: str) -> str:
-    """What follows a figure that is only a bound: ", lower bound" or ", upper bound"; "" when it is exact."""
-    return "" if bound == "=" else f", {BOUND_WORDS[bound]}"
-
-
-def capacity_warnings(cap: pd.DataFrame, folder: Path | None = None) -> list[str]:
-    """The one warning line of a capacity table (in `folder`) some of whose capacities are only bounds; [] if none."""
-    warning = bound_warning(cap)
-    if warning is None:
-        return []
-    return [f"{shown(folder / CAPACITY_CSV)}: {warning}" if folder is not None else warning]
-
-
-def _ratio(per_seed: pd.Series) -> str:
-    """Mean ratio over seeds, with min-max when there are several: "1.85x (1.80-1.90)"."""
-    per_seed = per_seed.dropna()
-    if not len(per_seed):
-        return "n/a"
-    text = f"{per_seed.mean():.2f}x"
-    return text + (f" ({per_seed.min():.2f}-{per_seed.max():.2f})" if len(per_seed) > 1 else "")
 
 
 LIMIT_WORDS = {"memory": "memory", "max_num_seqs": "row cap", "token_budget": "token budget"}
@@ -93,7 +50,7 @@ def binding_limit(runs: pd.DataFrame) -> str:
         return "none (no queue)"
     limit = top.removeprefix("blocked_by_").removesuffix("_at_capacity")
     free = runs["mem_free_at_capacity"].mean() if "mem_free_at_capacity" in runs else float("nan")
-    return f"{LIMIT_WORDS[limit]} {100 * shares[top]:.0f}%, KV {_pct(free)}% free"
+    return f"{LIMIT_WORDS[limit]} {100 * shares[top]:.0f}%, KV {pct(free)}% free"
 
 
 def capacity_rows(cap: pd.DataFrame, criterion: str, paper_saving: dict | None = None) -> list[list[str]]:
@@ -106,19 +63,19 @@ def capacity_rows(cap: pd.DataFrame, criterion: str, paper_saving: dict | None =
         seeds = group.pivot_table(index="seed", columns="engine", values="capacity", aggfunc="mean")
         bounds = group.groupby(["seed", "engine"])["bound"].agg(combined_bound).unstack().fillna("=")
         caps = seeds.mean()
-        cells = [_num(caps.get(e)) + (bound_note(combined_bound(bounds[e])) if e in bounds else "")
+        cells = [num(caps.get(e)) + (bound_note(combined_bound(bounds[e])) if e in bounds else "")
                  for e in (*BASELINES, "paged")]
-        ratios = [_ratio(seeds["paged"] / seeds[b]) + bound_note(combined_bound(map(ratio_bound, bounds["paged"],
+        ratios = [ratio_cell(seeds["paged"] / seeds[b]) + bound_note(combined_bound(map(ratio_bound, bounds["paged"],
                                                                                      bounds[b])))
                   if "paged" in seeds and b in seeds else "n/a" for b in BASELINES]
         paged = group[group["engine"] == "paged"]
         saving = paged["memory_saving_at_capacity"].mean() if len(paged) else None
         key = setting(workload)
         row = [key] + cells + ratios
-        row.append(_pct(saving))
+        row.append(pct(saving))
         row.append(binding_limit(paged))
         if paper_saving is not None:
-            row.append(_num(paper_saving.get(key)) if key in paper_saving else "-")
+            row.append(num(paper_saving.get(key)) if key in paper_saving else "-")
         rows.append(row)
     return rows
 
@@ -148,7 +105,7 @@ def raised_cap(experiments: Path, name: str, label: str, header: list[str], sect
         return ""
     section.warnings += capacity_warnings(cap, experiments / folder)
     return (f"With the row cap raised from 256 to {SEQ_CAP} sequences (`{command}`), the limit that binds the "
-            "paged engine and the ratios become:\n\n" + _table(header, capacity_rows(cap, "latency")) + "\n")
+            "paged engine and the ratios become:\n\n" + table(header, capacity_rows(cap, "latency")) + "\n")
 
 
 def section_sampling(experiments: Path) -> Section:
@@ -176,7 +133,7 @@ def section_sampling(experiments: Path) -> Section:
         section.has_runs = True
         section.warnings += capacity_warnings(cap, experiments / name)
         rows = [r + [before_cell(name, r[0])] for r in capacity_rows(cap, "latency", paper().saving_alpaca)]
-        parts.append(f"**{label}**, {command}, capacity in req/s:\n\n" + _table(header, rows) + "\n")
+        parts.append(f"**{label}**, {command}, capacity in req/s:\n\n" + table(header, rows) + "\n")
         good = capacity_rows(cap, "goodput")
         parts.append("Under the goodput criterion (90% of requests within TTFT <= 1 s and TPOT <= 0.1 s), "
                      "paged / oracle: " + ", ".join(f"{r[0]} {r[7]}" for r in good) + ".\n")
@@ -202,19 +159,20 @@ def section_sampling(experiments: Path) -> Section:
             key = setting(workload)
             paper_range = paper().saving_sharegpt["beam" if key.startswith("beam") else "n"]
             before = sharing_before().saving.get("saving", {}).get(key)
-            rows.append([key, _num(g["capacity"].mean()) + bound_note(combined_bound(g["bound"])),
-                         _pct(g["memory_saving_at_capacity"].mean()),
-                         _num(g["batch_size_at_capacity"].mean()), paper_range,
+            rows.append([key, num(g["capacity"].mean()) + bound_note(combined_bound(g["bound"])),
+                         pct(g["memory_saving_at_capacity"].mean()),
+                         num(g["batch_size_at_capacity"].mean()), paper_range,
                          "-" if before is None else f"{before:.1f}"])
         parts.append("**ShareGPT memory saving**, `python run.py -m experiment=saving` (the paged engine's "
                      "capacity search; the saving in the run at its capacity):\n\n"
-                     + _table(["setting", "paged capacity (req/s)", "saving %", "mean batch (requests)",
+                     + table(["setting", "paged capacity (req/s)", "saving %", "mean batch (requests)",
                                "paper saving % (range over n or width)",
                                f"saving % before ({sharing_before().commit})"], rows) + "\n")
-    check = section_beam_check(experiments.parent / "beam_check" / "beam_check.csv")
-    parts.append(check.text)
-    section.has_runs |= check.has_runs
-    section.not_run += check.not_run
+    for check in (section_persistence(experiments.parent / "beam_persistence" / "persistence.csv"),
+                  section_beam_check(experiments.parent / "beam_check" / "beam_check.csv")):
+        parts.append(check.text)
+        section.has_runs |= check.has_runs
+        section.not_run += check.not_run
     if section.has_runs:
         section.text = "\n".join(p for p in parts if p)
     return section
@@ -236,37 +194,13 @@ def trace_length_check(experiments: Path) -> str:
         t = table[(table["workload"] == workload) & (table["seed"] == 0) & table["criterion"].str.startswith("latency")]
         caps, bounds = t.set_index("engine")["capacity"], t.set_index("engine")["bound"]
         value = caps.get("paged", float("nan")) / caps.get("orca-oracle", float("nan"))
-        return _num(value, ".2f") + "x" + bound_note(ratio_bound(bounds.get("paged", "="), bounds.get("orca-oracle", "=")))
+        return num(value, ".2f") + "x" + bound_note(ratio_bound(bounds.get("paged", "="), bounds.get("orca-oracle", "=")))
 
     rows = [[setting(w), ratio(short, w), ratio(long, w)]
             for w in long["workload"].drop_duplicates()]
     return ("Do the 10-minute traces change the answer? The same search on one-hour traces (the paper's), seed 0, "
             f"paged / orca-oracle at 0.2 s/token (`{LONG_TRACE_COMMAND}`):\n\n"
-            + _table(["setting", "10-minute traces", "one-hour traces"], rows) + "\n")
-
-
-def section_beam_check(path: Path) -> Section:
-    head = ("**The sim's beam model against the real beam search**, `python -m studies.beam_check` (32 Alpaca "
-            "requests at t = 0, the tiny model with random weights on this CPU, the paged engine, 16 MiB of KV; "
-            "then the sim on the same requests and KV slots). The sim draws each new beam's parent rank r with "
-            "probability proportional to decay^r (`engines/sim/beam_model.py`); the decay is fitted to the real "
-            "search's ranks, and the experiments above use the default 1.0 (uniform).\n\n")
-    if not path.is_file():
-        return Section(not_run=[NotRun("The sim's beam model against the real beam search (Figures 14-15)",
-                                       f"python -m studies.beam_check --out {shown(path.parent)}", path.parent)])
-    t = pd.read_csv(path)
-    rows = [[str(int(r.beam_width)), _num(r.fitted_decay, ".2f"), _num(r.real_distinct_parents, ".2f"),
-             _num(r.model_distinct_parents, ".2f"), _pct(r.real_saving), _pct(r.sim_saving_fitted),
-             _pct(r.sim_saving_decay_1)] for r in t.itertuples()]
-    gap_fit = 100 * (t["sim_saving_fitted"] - t["real_saving"]).abs().max()
-    gap_one = 100 * (t["sim_saving_decay_1"] - t["real_saving"]).abs().max()
-    return Section(head + _table(["width", "fitted decay", "distinct parents / step (real)", "(model)",
-                           "saving % real", "sim, fitted decay", "sim, decay 1"], rows)
-            + f"\n\nOn the same requests the sim's saving is within {gap_fit:.1f} points of the real search's with "
-              f"the fitted decay and within {gap_one:.1f} with the default, at every width: the model reproduces "
-              "how beam survival turns into shared blocks. What it cannot know is how a trained model's beams "
-              "branch: the paper's beam savings (trained OPT-13B) are lower than both this random-weight model's "
-              "and the sim's, so its beams' histories merge more slowly.\n", has_runs=True)
+            + table(["setting", "10-minute traces", "one-hour traces"], rows) + "\n")
 
 
 def section_prefix(experiments: Path) -> Section:
@@ -288,7 +222,7 @@ def section_prefix(experiments: Path) -> Section:
     rows = capacity_rows(cap, "latency")
     for r in rows:
         r += [paper_ratio.get(r[0], "-"), before_cell("prefix", r[0], saving=False)]
-    return Section(head + "Capacity (req/s) at mean normalized latency <= 0.2 s/token:\n\n" + _table(header, rows)
+    return Section(head + "Capacity (req/s) at mean normalized latency <= 0.2 s/token:\n\n" + table(header, rows)
                    + "\n", has_runs=True, warnings=capacity_warnings(cap, experiments / "prefix"))
 
 
@@ -306,114 +240,8 @@ def section_chat(experiments: Path) -> Section:
     for crit in ("latency", "goodput"):
         for r in capacity_rows(cap, crit):
             rows.append([crit] + r[1:8] + [before_cell("chat", "n1", saving=False) if crit == "latency" else "-"])
-    return Section(head + "Capacity (req/s):\n\n" + _table(header, rows) + "\n", has_runs=True,
+    return Section(head + "Capacity (req/s):\n\n" + table(header, rows) + "\n", has_runs=True,
                    warnings=capacity_warnings(cap, experiments / "chat"))
-
-
-def section_swap(experiments: Path, swap_bench: Path) -> Section:
-    """Figure 19a on the sim (from the presets: no runs needed) and on this CPU, Figure 19b on the sim."""
-    head = ("## Swapping and recomputation (Figure 19)\n\n"
-            "A preempted request's blocks move to a host pool and back (`engine.preemption=swap`), or are freed "
-            "and recomputed by a prefill (`recompute`). The sim charges a swap one transfer per block, layer, K "
-            "and V, each 10 us of fixed cost (an assumption for a small pinned cudaMemcpyAsync: launch and DMA "
-            "set-up, not measured on an A100 here) plus its bytes over 25 GB/s of PCIe 4.0 "
-            "(`conf/hardware/a100-40gb.yaml`). As vLLM's cache engine issues them on a separate CUDA stream and "
-            "each layer waits only for its own layer's copies, swaps overlap the forward pass layer by layer: an "
-            "iteration of compute C and transfers T over L layers takes max(C + T/L, T + C/L) "
-            "(`engines/sim/transfer.py`; `hardware.host_transfer_overlap=false` runs them before the forward pass, "
-            "as the previous revision did). The overlap is the optimistic bound for small blocks: the host's "
-            "share of each transfer's fixed cost cannot hide behind the GPU.\n\n")
-    costs = swap_costs(load_model("opt-13b"), load_hardware("a100-40gb"), 1024)
-    rows = [[str(int(r["block_size"])), _num(r["swap_one_way_ms"], ".1f"), _num(r["recompute_ms"], ".1f"),
-             _num(r["recompute_over_swap"], ".2f")] for r in costs]
-    parts = [head, "**Figure 19a on the sim**, `python -m studies.swap_cost` (OPT-13B, A100-40GB, 1,024 tokens):\n\n"
-             + _table(["block size", "swap one way (ms)", "recompute (ms)", "recompute / swap"], rows) + "\n"]
-    section = Section()
-    bench = swap_bench / "swap_bench.csv"
-    if not bench.is_file():
-        section.not_run.append(NotRun("Swapping: Figure 19a on this machine's CPU",
-                                      f"python -m studies.swap_bench --out {shown(swap_bench)}", swap_bench))
-    else:
-        section.has_runs = True
-        b = pd.read_csv(bench)
-        meta_path = swap_bench / "swap_bench.json"
-        meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-        b = b[b["tokens"] == b["tokens"].min()]
-        rows = [[str(int(r.block_size)), _num(r.swap_out_ms, ".2f"), _num(r.swap_in_ms, ".2f"),
-                 _num(r.recompute_ms, ".0f")] for r in b.itertuples()]
-        parts.append(f"**Figure 19a on this machine's CPU**, `python -m studies.swap_bench --out "
-                     f"{swap_bench.relative_to(swap_bench.parents[1])}` ({meta.get('model', 'tiny')} model, "
-                     f"{int(b['tokens'].iloc[0])} tokens, {meta.get('dtype', '')}; a CPU's \"host link\" is a memcpy "
-                     f"in RAM, and recomputation is slow on 2 cores; fitted: "
-                     f"{1e6 * meta.get('fit_host_transfer_latency_s', float('nan')):.1f} us per transfer):\n\n"
-                     + _table(["block size", "swap out (ms)", "swap in (ms)", "recompute (ms)"], rows) + "\n")
-    cap = load_capacity(experiments, "swap_capacity")
-    if cap is None:
-        section.not_run.append(experiment_not_run("Swapping: Figure 19b as capacities", "swap_capacity", experiments))
-    else:
-        section.has_runs = True
-        section.warnings += capacity_warnings(cap, experiments / "swap_capacity")
-        parts.append("**Figure 19b as capacities**, `python run.py -m experiment=swap_capacity` (the paged "
-                     "engine's capacity at each block size and policy, mean normalized latency <= 0.2 s/token, "
-                     "ShareGPT, 10-minute Poisson traces, seeds 0-2; req/s, mean (min-max)):\n\n"
-                     + _table(["block size", "swap", "recompute", "swap / recompute"], swap_capacity_rows(cap))
-                     + "\n")
-    agg = load_aggregate(experiments, "swap")
-    if agg is None:
-        section.not_run.append(experiment_not_run("Swapping: Figure 19b on the sim", "swap", experiments))
-    else:
-        section.has_runs = True
-        before = sharing_before()
-        rows = [r + [f"{before.swap_latency['swap'].get(int(r[0]), float('nan')):.3f} / "
-                     f"{before.swap_latency['recompute'].get(int(r[0]), float('nan')):.3f}"]
-                for r in preemption_rows(agg, "steady_norm_latency_s_mean", ".3f")]
-        parts.append("**Figure 19b on the sim**, `python run.py -m experiment=swap` (ShareGPT for an hour, each block "
-                     "size at 85% of its own capacity, the lower of its two policies' above (`conf/experiment/"
-                     "swap.yaml`): memory runs short and requests are preempted, but no queue grows without end; "
-                     "mean normalized latency over the steady window, s/token). The last column is the previous "
-                     f"revision's ({before.commit}: every block size at 4 req/s, past the capacity of blocks <= 4 "
-                     "and 256, swaps serial):\n\n"
-                     + _table(["block size", "req/s", "swap: latency", "swap: preemptions", "recompute: latency",
-                               "recompute: preemptions", f"before ({before.commit}): swap / recompute"], rows) + "\n")
-    parts.append("The paper: swapping suffers with small blocks (many small PCIe transfers); recomputation's cost "
-                 "does not depend on the block size; the two are comparable for blocks of 16-64.\n")
-    section.text = "\n".join(parts)
-    return section
-
-
-def swap_capacity_rows(cap: pd.DataFrame) -> list[list[str]]:
-    """Per block size: the capacity preempting by swap and by recompute (mean (min-max) over seeds), and their
-    ratio (mean of the per-seed ratios); a capacity that is only a bound says so."""
-    sub = cap[cap["criterion"].str.startswith("latency")]
-    rows = []
-    for bs, g in sub.groupby("block_size"):
-        seeds = g.pivot_table(index="seed", columns="preemption", values="capacity", aggfunc="mean")
-        bounds = g.groupby("preemption")["bound"].agg(combined_bound)
-        cells = []
-        for p in ("swap", "recompute"):
-            if p not in seeds:
-                cells.append("n/a")
-                continue
-            c = seeds[p].dropna()
-            spread = f" ({c.min():.3g}-{c.max():.3g})" if len(c) > 1 else ""
-            cells.append(f"{c.mean():.3g}{spread}" + bound_note(bounds[p]))
-        ratio = _ratio(seeds["swap"] / seeds["recompute"]) if {"swap", "recompute"} <= set(seeds) else "n/a"
-        rows.append([str(int(bs)), *cells, ratio])
-    return rows
-
-
-def preemption_rows(agg: pd.DataFrame, metric: str, spec: str) -> list[list[str]]:
-    """Per block size: its request rate, `metric` and the preemptions, preempting by swap and by recompute."""
-    rows = []
-    for bs, g in agg.groupby("block_size"):
-        by = {p: s.iloc[0] for p, s in g.groupby("preemption")}
-        rate = g["request_rate"].iloc[0] if "request_rate" in g else None
-        cells = [_num(rate)]
-        for p in ("swap", "recompute"):
-            s = by.get(p)
-            cells += ["n/a", "n/a"] if s is None else [_num(s[metric], spec), _num(s["num_preemptions"], ".0f")]
-        rows.append([str(int(bs)), *cells])
-    return rows
 
 
 REAL = (("sampling_real", "Figure 14: parallel samples"), ("beam_real", "Figure 15: beam search"),
@@ -443,12 +271,12 @@ def section_real_sharing(experiments: Path) -> Section:
             for engine, s in sorted(by.items(), key=lambda kv: kv[0] == "paged"):
                 ratio = (paged["output_tokens_per_s"] / s["output_tokens_per_s"]
                          if paged is not None and engine != "paged" else None)
-                rows.append([setting(workload), engine, _num(s["output_tokens_per_s"], ".1f"),
-                             _num(s["mean_batch_size"], ".1f"), _pct(s.get("memory_saving")),
-                             _num(s["num_preemptions"], ".0f"), _num(s.get("num_rejected"), ".0f"),
-                             _num(ratio, ".2f") + "x" if ratio else "-"])
+                rows.append([setting(workload), engine, num(s["output_tokens_per_s"], ".1f"),
+                             num(s["mean_batch_size"], ".1f"), pct(s.get("memory_saving")),
+                             num(s["num_preemptions"], ".0f"), num(s.get("num_rejected"), ".0f"),
+                             num(ratio, ".2f") + "x" if ratio else "-"])
         parts.append(f"**{label}**, `python run.py -m experiment={name}`:\n\n"
-                     + _table(["setting", "engine", "output tok/s", "mean batch (requests)", "saving %",
+                     + table(["setting", "engine", "output tok/s", "mean batch (requests)", "saving %",
                                "preemptions", "rejected", "paged / this"], rows) + "\n")
     agg = load_aggregate(experiments, "swap_real")
     if agg is None:
@@ -458,7 +286,7 @@ def section_real_sharing(experiments: Path) -> Section:
         section.has_runs = True
         rows = preemption_rows(agg, "output_tokens_per_s", ".1f")
         parts.append("**Figure 19b: swap vs recompute**, `python run.py -m experiment=swap_real`:\n\n"
-                     + _table(["block size", "req/s", "swap: output tok/s", "swap: preemptions",
+                     + table(["block size", "req/s", "swap: output tok/s", "swap: preemptions",
                                "recompute: output tok/s", "recompute: preemptions"], rows) + "\n")
     if section.has_runs:
         section.text = "\n".join(parts)

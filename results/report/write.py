@@ -26,11 +26,13 @@ import tempfile
 from paths import EXPERIMENTS, KEPT_RUNS, OUTPUTS, REPORT
 from results.report.section import NotRun, Section, shown
 from results.report.sensitivity import section_sensitivity
-from results.report.sharing import section_chat, section_prefix, section_real_sharing, section_sampling, section_swap
+from results.report.sharing import section_chat, section_prefix, section_real_sharing, section_sampling
+from results.report.swapping import section_swap
 from results.record.store import atomic_write
 from results.sweeps.collect import collect, mixed_code_note
-from results.report.paper_sections import (load, load_capacity, section_batch, section_blocks, section_capacity,
-                                           section_memory, section_method, section_table1)
+from results.report.paper_sections import (section_batch, section_blocks, section_capacity, section_memory,
+                                           section_method, section_table1)
+from results.report.read import load, load_capacity
 from results.report.backend_sections import section_real, section_validation
 
 

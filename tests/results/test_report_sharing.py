@@ -3,6 +3,7 @@ without runs are named, not written as placeholders; capacities that are only bo
 import pandas as pd
 
 from results.report import sharing as rs
+from results.report.swapping import section_swap
 
 
 def not_run(section):
@@ -85,7 +86,7 @@ def test_swap_section_reads_the_sweep_and_the_benchmark(tmp_path):
             for bs, p, lat, rate in [(16, "swap", 0.1, 3.85), (16, "recompute", 0.12, 3.85), (1, "swap", 0.5, 1.9),
                                      (1, "recompute", 0.12, 1.9)]]
     pd.DataFrame(rows).to_parquet(tmp_path / "swap" / "aggregate.parquet")
-    section = rs.section_swap(tmp_path, tmp_path / "no_bench")
+    section = section_swap(tmp_path, tmp_path / "no_bench")
     text = section.text
     # Each block size at its own rate, the previous revision's latencies (4 req/s, serial swaps) beside.
     assert "| 1 | 1.9 | 0.500 | 10 | 0.120 | 10 | 62.417 / 30.939 |" in text
@@ -101,7 +102,7 @@ def test_swap_section_reads_the_sweep_and_the_benchmark(tmp_path):
                                                (1, "recompute", 1, 2.5), (16, "swap", 0, 4.5), (16, "swap", 1, 4.5),
                                                (16, "recompute", 0, 4.0), (16, "recompute", 1, 4.5)]])
     cap.to_csv(tmp_path / "swap_capacity" / "capacity.csv", index=False)
-    text = rs.section_swap(tmp_path, tmp_path / "no_bench").text
+    text = section_swap(tmp_path, tmp_path / "no_bench").text
     assert "| 1 | 2.2 (2-2.4) | 2.5 (2.5-2.5) | 0.88x (0.80-0.96) |" in text
     assert "| 16 | 4.5 (4.5-4.5) | 4.25 (4-4.5) | 1.06x (1.00-1.12) |" in text
 

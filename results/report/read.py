@@ -1,0 +1,28 @@
+"""What the report's sections read from an experiment's folder: its runs, its capacity table, its aggregate."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from results.sweeps.capacity import CAPACITY_CSV
+from results.sweeps.collect import collect
+
+
+def load(experiments: Path, name: str) -> pd.DataFrame | None:
+    """Every run of outputs/experiments/NAME (summaries and config keys), or None without runs."""
+    folder = experiments / name
+    if not folder.is_dir():
+        return None
+    df = collect(folder)
+    return df if len(df) else None
+
+
+def load_capacity(experiments: Path, name: str = "capacity") -> pd.DataFrame | None:
+    path = experiments / name / CAPACITY_CSV
+    return pd.read_csv(path) if path.is_file() else None
+
+
+def load_aggregate(experiments: Path, name: str) -> pd.DataFrame | None:
+    path = experiments / name / "aggregate.parquet"
+    return pd.read_parquet(path) if path.is_file() else None
