@@ -28,7 +28,8 @@ from results.record.frames import iterations_frame, requests_frame
 from results.record.identity import FolderRefused, RunIdentity, check_reuse, folder_lock, write_record
 from results.record.store import ERROR, SUMMARY, clear_run, save_run, save_tables, write_json
 from results.record.summary import MeasureConfig, RunSetting, build_summary
-from results.record.wandb_logger import log_to_wandb, sweep_group
+from results.record.wandb_backfill import log_run_folder
+from results.record.wandb_logger import live_run, run_name, sweep_group
 from results.report.callback import register_resolvers, sweep_failures
 from paths import CONF
 from workloads import WorkloadConfig, build_workload, format_stats, trace_stats
@@ -137,35 +138,45 @@ def run(cfg: DictConfig, run_dir: Path, metadata: dict | None = None) -> dict:
     log.info("%s", backend.describe())
     log.info("engine %s: %s", engine.label, backend.scheduler.kv.describe())
 
-    backend.executor.warmup()
-    backend.executor.start_clock()
-    record = run_engine(requests, backend.scheduler, backend.executor, progress=cfg.progress,
-                        stop_at_last_arrival=cfg.stop_at_last_arrival)
-    iterations, reqs = iterations_frame(record), requests_frame(record)
-    rejected = reqs[reqs["status"] == "rejected"]
-    if len(rejected):
-        log.warning("%d requests rejected, e.g. request %d: %s", len(rejected),
-                    rejected["id"].iloc[0], rejected["rejected_reason"].iloc[0])
-    if not (reqs["status"] == "finished").any():
-        save_tables(run_dir, iterations, reqs, metadata)   # kept to see why; no summary: this is no result
-        why = (f"all {len(reqs)} requests were rejected, e.g. request {rejected['id'].iloc[0]}: "
-               f"{rejected['rejected_reason'].iloc[0]}" if len(rejected) == len(reqs) and len(reqs) else
-               f"the run stopped at t = {record.end_s:.3g} s (stop_at_last_arrival) before any request finished"
-               if cfg.stop_at_last_arrival else f"none of {len(reqs)} requests finished")
-        raise RunFailed(f"no request finished: {why}")
-    setting = RunSetting(engine, workload, model.name, cfg.backend.name, backend.summary_fields(), width, stats,
-                         cfg.get("experiment_name"), bool(cfg.stop_at_last_arrival))
-    busy = float(iterations["duration_s"].sum())
-    summary = build_summary(setting, iterations, reqs, record.wall_s, rc.measure.warmup_fraction, rc.measure.slo,
-                            backend.after_run_fields(busy))
-    summary["metadata"] = metadata
-    save_run(run_dir, iterations, reqs, summary)
-    log_to_wandb(plain(cfg.logger), {**plain(cfg), "metadata": without_config(metadata)}, run_dir, iterations, reqs,
-                 {k: v for k, v in summary.items() if k != "metadata"}, group=multirun_group())
+    wandb_config = {**plain(cfg), "metadata": without_config(metadata)}
+    with live_run(plain(cfg.logger), wandb_config, run_dir, wandb_name(engine, workload), multirun_group(),
+                  backend.scheduler.kv.capacity, requests) as live:
+        backend.executor.warmup()
+        backend.executor.start_clock()
+        record = run_engine(requests, backend.scheduler, backend.executor, progress=cfg.progress,
+                            stop_at_last_arrival=cfg.stop_at_last_arrival,
+                            on_iteration=live.series if live is not None else None)
+        iterations, reqs = iterations_frame(record), requests_frame(record)
+        rejected = reqs[reqs["status"] == "rejected"]
+        if len(rejected):
+            log.warning("%d requests rejected, e.g. request %d: %s", len(rejected),
+                        rejected["id"].iloc[0], rejected["rejected_reason"].iloc[0])
+        if not (reqs["status"] == "finished").any():
+            save_tables(run_dir, iterations, reqs, metadata)   # kept to see why; no summary: this is no result
+            why = (f"all {len(reqs)} requests were rejected, e.g. request {rejected['id'].iloc[0]}: "
+                   f"{rejected['rejected_reason'].iloc[0]}" if len(rejected) == len(reqs) and len(reqs) else
+                   f"the run stopped at t = {record.end_s:.3g} s (stop_at_last_arrival) before any request finished"
+                   if cfg.stop_at_last_arrival else f"none of {len(reqs)} requests finished")
+            raise RunFailed(f"no request finished: {why}")
+        setting = RunSetting(engine, workload, model.name, cfg.backend.name, backend.summary_fields(), width, stats,
+                             cfg.get("experiment_name"), bool(cfg.stop_at_last_arrival))
+        busy = float(iterations["duration_s"].sum())
+        summary = build_summary(setting, iterations, reqs, record.wall_s, rc.measure.warmup_fraction,
+                                rc.measure.slo, backend.after_run_fields(busy), percentiles=rc.measure.percentiles)
+        summary["metadata"] = metadata
+        save_run(run_dir, iterations, reqs, summary, rc.measure.vllm_detailed)
+        if live is not None:
+            live.end(reqs, {k: v for k, v in summary.items() if k != "metadata"})
     title = (f"{engine.label} | {workload.label} x{len(requests)} | {model.name} on {backend.where} | "
              f"{cfg.backend.name} | {record.wall_s:.1f}s wall")
     log.info("\n%s\nresults: %s", format_summary(summary, title), run_dir)
     return summary
+
+
+def wandb_name(engine: EngineConfig, workload: WorkloadConfig) -> str:
+    """The run's wandb name before its summary exists: `run_name` of the summary's own fields."""
+    return run_name({"engine": engine.label, "block_size": engine.block_size if engine.name == "paged" else None,
+                     "workload": workload.label, "arrival": workload.arrival, "request_rate": workload.request_rate})
 
 
 def without_config(metadata: dict) -> dict:
@@ -195,6 +206,7 @@ def main(cfg: DictConfig) -> dict | None:
             if done is not None:
                 log.info("skipping %s: it already holds this run (same config and code; rerun=true runs it "
                          "again)", run_dir / SUMMARY)
+                log_run_folder(run_dir, plain(cfg.logger), multirun_group())   # if logger=wandb and not yet logged
                 return done
             clear_run(run_dir)
             metadata = provenance.run_metadata(config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 import time
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 from tqdm import tqdm
 
@@ -61,8 +61,17 @@ class RunRecord:
     wall_s: float = 0.0
 
 
+def progress_text(executor: str, clock_s: float, tokens_per_s: float, batch: int, kv_used: float) -> str:
+    """The bar's postfix. The sim shows its simulated clock and simulated throughput, labelled `sim_`, so they
+    never read as a server's rates; the real backend shows wall-clock tokens per second (one per row)."""
+    if executor == "sim":
+        return f"sim_t={clock_s:.1f}s sim_tok/s={tokens_per_s:,.0f} batch={batch} kv={kv_used:.0%}"
+    return f"tok/s={tokens_per_s:,.0f} batch={batch} kv={kv_used:.0%}"
+
+
 def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor, progress: bool | None = None,
-               stop_at_last_arrival: bool = False) -> RunRecord:
+               stop_at_last_arrival: bool = False,
+               on_iteration: Callable[[IterationRow], None] | None = None) -> RunRecord:
     """Serve `requests` to completion (or, with `stop_at_last_arrival`, until the clock passes the last
     arrival, leaving the rest unfinished) and record every iteration.
 
@@ -72,6 +81,8 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
     The split of KV memory is read after each iteration, before its beam
     forks and before finished requests release their memory, so it shows
     what the iteration's forward pass held (after copy-on-write).
+    `on_iteration`, when given, is called with each iteration's row as soon
+    as it is recorded (a live logger); None costs nothing.
     """
     capacity = scheduler.kv.capacity
     record = RunRecord(capacity_slots=capacity)
@@ -81,7 +92,8 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
     # progress None: a bar only on a terminal.
     bar = tqdm(total=len(requests), unit="req", desc="requests", leave=False,
                disable=None if progress is None else not progress)
-    shown_at, shown_tokens, tokens = wall_start, 0, 0
+    sim = executor.name == "sim"   # rates on the simulated clock, else on the wall clock
+    shown_at, shown_clock, shown_tokens, tokens = wall_start, executor.now(), 0, 0
     rows = record.iterations
     while pending or scheduler.has_work():
         now = executor.now()
@@ -123,14 +135,17 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
             unshared_slots=unshared, allocated_slots=allocated, token_states=split.token_states,
             reservation=split.reservation, internal_fragmentation=split.internal_fragmentation,
             external_fragmentation=split.external_fragmentation, free=split.free))
+        if on_iteration is not None:
+            on_iteration(rows[-1])
         if finished:
             bar.update(len(finished))
         if not bar.disable and time.perf_counter() - shown_at > PROGRESS_EVERY_S:
             wall = time.perf_counter()
-            used = 1 - split.free / capacity
-            bar.set_postfix(tok_s=f"{(tokens - shown_tokens) / (wall - shown_at):.0f}", batch=batch.num_seqs,
-                            kv=f"{100 * used:.0f}%", refresh=False)
-            shown_at, shown_tokens = wall, tokens
+            elapsed = end - shown_clock if sim else wall - shown_at
+            rate = (tokens - shown_tokens) / elapsed if elapsed > 0 else 0.0
+            bar.set_postfix_str(progress_text(executor.name, end, rate, batch.num_seqs, 1 - split.free / capacity),
+                                refresh=False)
+            shown_at, shown_clock, shown_tokens = wall, end, tokens
     bar.close()
     record.end_s = executor.now()
     record.wall_s = time.perf_counter() - wall_start

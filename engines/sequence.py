@@ -28,9 +28,10 @@ class Sequence:
     request: Request
     status: Status = Status.WAITING
     generated: int = 0                  # output tokens produced so far (kept across a recompute)
-    first_token_s: float | None = None
     finish_s: float | None = None
     admitted_s: float | None = None     # first admission
+    # End time of each iteration that gave the request a token: one per step, shared by a group's rows.
+    token_times_s: list[float] = field(default_factory=list)
     preemptions: int = 0                # by recompute or swap
     swaps: int = 0                      # preemptions by swapping out
     rejected_reason: str | None = None
@@ -74,6 +75,11 @@ class Sequence:
         return self.prompt_len + self.generated
 
     @property
+    def first_token_s(self) -> float | None:
+        """When its first output token came (None before it did)."""
+        return self.token_times_s[0] if self.token_times_s else None
+
+    @property
     def done(self) -> bool:
         return self.generated >= self.output_len
 
@@ -85,12 +91,11 @@ class Sequence:
 def record_tokens(seqs: list[Sequence], now: float) -> list[Sequence]:
     """One new output token for each of `seqs` (one iteration's advancing sequences), produced by the
     iteration that ended at `now`; the sequences it finished. The loop's hottest line: one call per
-    iteration, not one per sequence."""
+    iteration, not one per sequence. A group (`width` rows) steps its rows together: one time per step."""
     finished = []
     for seq in seqs:
         seq.generated += 1
-        if seq.first_token_s is None:
-            seq.first_token_s = now
+        seq.token_times_s.append(now)
         if seq.generated >= seq.output_len:
             seq.finish_s = now
             finished.append(seq)

@@ -60,9 +60,9 @@ def serve(rc: RunConfig, cfg: dict, setup: Backend, requests: list[Request],
                          trace_stats(requests), cfg.get("experiment_name"), bool(cfg["stop_at_last_arrival"]))
     busy = float(iterations["duration_s"].sum())
     summary = build_summary(setting, iterations, reqs, record.wall_s, rc.measure.warmup_fraction, rc.measure.slo,
-                            setup.after_run_fields(busy))
+                            setup.after_run_fields(busy), percentiles=rc.measure.percentiles)
     summary["metadata"] = provenance.run_metadata(cfg)
-    save_run(run_dir, iterations, reqs, summary)
+    save_run(run_dir, iterations, reqs, summary, rc.measure.vllm_detailed)
     return summary, iterations
 
 

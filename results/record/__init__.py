@@ -1,5 +1,6 @@
 """One run's record: `frames` (the engine's RunRecord as the iterations and
 requests tables), `summary` (the run's summary, built here and only here),
 `store` (the run folder, written atomically), `console` (the table printed at
-the end of a run) and `wandb_logger`. Imports nothing else of `results`.
+the end of a run), `wandb_logger` (live and sweep runs) and `wandb_backfill`
+(logging finished run folders afterwards). Imports nothing else of `results`.
 """

@@ -1,10 +1,12 @@
-"""Writing one run's folder: tables and summary, each written atomically.
+"""Writing one run's folder: tables, vLLM-schema result and summary, each written atomically.
 
 A file appears under its final name only once it is complete (written to a
 temporary name in the same folder, then renamed). `summary.json` is written
 last, so a folder with a summary holds a finished run; a failed run leaves
-`error.json` instead. Each table carries the run's metadata block (its
-provenance) as parquet file metadata under the key `pagedbench`.
+`error.json` instead. Beside the summary, `vllm_result.json` holds the run
+in the schema of vLLM's benchmark_serving.py `--save-result`
+(results/record/vllm_result.py). Each table carries the run's metadata
+block (its provenance) as parquet file metadata under the key `pagedbench`.
 """
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ from pathlib import Path
 import tempfile
 
 import pandas as pd
+
+from results.record.vllm_result import VLLM_RESULT, vllm_result, write as vllm_json
 
 SUMMARY = "summary.json"
 ERROR = "error.json"
@@ -75,20 +79,31 @@ def write_json(obj: dict, path: Path) -> None:
     atomic_write(Path(path), write)
 
 
+def write_vllm_result(result: dict, path: Path) -> None:
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            vllm_json(result, f)
+            f.write("\n")
+    atomic_write(path, write)
+
+
 def save_tables(run_dir: Path, iterations: pd.DataFrame, requests: pd.DataFrame, metadata: dict | None = None) -> None:
     for name, df in zip(TABLES, (iterations, requests)):
         write_parquet(df, Path(run_dir) / name, metadata)
 
 
-def save_run(run_dir: Path, iterations: pd.DataFrame, requests: pd.DataFrame, summary: dict) -> None:
-    """Both tables (with the summary's metadata block), then the summary: the folder then holds a finished run."""
+def save_run(run_dir: Path, iterations: pd.DataFrame, requests: pd.DataFrame, summary: dict,
+             vllm_detailed: bool = False) -> None:
+    """Both tables (with the summary's metadata block), the vLLM-schema result (its per-request lists only if
+    `vllm_detailed`), then the summary: the folder then holds a finished run."""
     save_tables(run_dir, iterations, requests, summary.get("metadata"))
+    write_vllm_result(vllm_result(requests, summary, vllm_detailed), Path(run_dir) / VLLM_RESULT)
     write_json(summary, Path(run_dir) / SUMMARY)
 
 
 def clear_run(run_dir: Path) -> None:
     """Remove what an earlier run left in `run_dir` (summary, error, tables), before a new run starts there."""
-    for name in (SUMMARY, ERROR, REFUSED, *TABLES):
+    for name in (SUMMARY, ERROR, REFUSED, VLLM_RESULT, *TABLES):
         (Path(run_dir) / name).unlink(missing_ok=True)
 
 

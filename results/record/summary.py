@@ -7,17 +7,28 @@ the last arrival and leaves out the drain after it, when the last long
 requests run nearly alone. For an offline trace (every request at t = 0) the
 window ends instead when the queue empties, at the last first admission.
 The warm-up is `warmup_fraction` of the span from the first arrival to the
-window's end. Steady throughput counts the tokens and finished requests of
-the window over its length; steady latency figures (normalized latency,
-TTFT, TPOT, SLO attainment) are over the requests that arrive in the window.
+window's end. Steady throughput counts the requests that finish in the
+window, and tokens of its iterations, over its length; steady latency
+figures and SLO attainment are over the requests that arrive in it, and so
+is steady goodput: those of them that meet the SLO, over its length.
 The `admission_blocked_by_*` fractions are over the window's iterations in
 which a request waited, weighted by duration like the time-averaged figures.
+
+Per-request latencies, as vLLM's benchmark_serving.py defines them (all in
+seconds here): TTFT = first token - arrival; TPOT = (finish - first token) /
+(output_len - 1), for outputs of more than one token; ITL = every gap between
+two consecutive tokens of a request (`token_times_s`), pooled over requests;
+end-to-end latency = finish - arrival; normalised latency = end-to-end /
+output_len (the paper's). Each is reported as its mean and the percentiles
+of `measure.percentiles` (`<metric>_p<P>`, P written as vLLM writes it:
+`p99`, `p99.9`). A table recorded before token times has no ITL (NaN).
 `build_summary` puts the run's setting beside those metrics: the one place a
 summary.json is assembled.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+import itertools
 import math
 
 import numpy as np
@@ -28,55 +39,92 @@ from engines.config import EngineConfig
 from engines.kv.memory_split import CATEGORIES
 from workloads.config import WorkloadConfig
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = (50, 90, 95, 99)
 WARMUP_FRACTION = 0.1
+SLO_BOUNDS = ("ttft_s", "tpot_s", "itl_s", "e2e_latency_s")
 
 
 @dataclass(slots=True, frozen=True)
 class SLO:
-    """A request meets the SLO when its TTFT and its TPOT are both within these limits (vLLM's goodput)."""
+    """Per-request latency bounds in seconds, each optional (None: not bounded). A request meets the SLO
+    when it finished and every set bound holds, bounds inclusive; goodput counts the requests that meet it.
 
-    ttft_s: float = 1.0
-    tpot_s: float = 0.1
+    As vLLM's `--goodput` (which bounds ttft, tpot and e2el): TTFT, TPOT and end-to-end latency are each
+    request's own, and a one-token output counts as TPOT 0. vLLM has no ITL bound; ours bounds every ITL of
+    the request, that is its largest gap between two tokens (the longest stall its user sees); an output of
+    one token has no gap and meets it.
+    """
+
+    ttft_s: float | None = 1.0
+    tpot_s: float | None = 0.1
+    itl_s: float | None = None
+    e2e_latency_s: float | None = None
 
     def __post_init__(self) -> None:
-        for key in ("ttft_s", "tpot_s"):
+        for key in SLO_BOUNDS:
             value = getattr(self, key)
+            if value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"slo.{key} must be a positive number of seconds, got {value!r}")
+                raise ValueError(f"slo.{key} must be a positive number of seconds or null (not bounded), "
+                                 f"got {value!r}")
 
 
 @dataclass(slots=True, frozen=True)
 class MeasureConfig:
-    """How a run is summarised (`measure:` in the config): the warm-up's share of the arrival span, the SLO."""
+    """How a run is summarised (`measure:` in the config): the warm-up's share of the arrival span, the
+    percentiles every latency distribution reports, the SLO."""
 
     warmup_fraction: float = WARMUP_FRACTION
+    percentiles: tuple[float, ...] = PERCENTILES
     slo: SLO = SLO()
+    vllm_detailed: bool = False   # vllm_result.json with its per-request lists (vLLM's --save-detailed)
 
     def __post_init__(self) -> None:
         w = self.warmup_fraction
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 <= w < 1:
             raise ValueError(f"measure.warmup_fraction must be in [0, 1), got {w!r}")
+        ps = self.percentiles
+        if (not isinstance(ps, (tuple, list)) or not ps or len(set(ps)) != len(ps)
+                or any(isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 100 for p in ps)):
+            raise ValueError(f"measure.percentiles must be a non-empty list of distinct numbers in [0, 100], "
+                             f"got {ps!r}")
+        object.__setattr__(self, "percentiles", tuple(ps))
+        if not isinstance(self.vllm_detailed, bool):
+            raise ValueError(f"measure.vllm_detailed must be true or false, got {self.vllm_detailed!r}")
 
     @classmethod
     def from_dict(cls, d: dict) -> "MeasureConfig":
         d = dict(d)
-        unknown = sorted(set(d) - {"warmup_fraction", "slo"})
+        valid = ["percentiles", "slo", "vllm_detailed", "warmup_fraction"]
+        unknown = sorted(set(d) - set(valid))
         if unknown:
-            raise ValueError(f"unknown measure key(s) {unknown}; valid keys: ['warmup_fraction', 'slo']")
+            raise ValueError(f"unknown measure key(s) {unknown}; valid keys: {valid}")
         slo = d.pop("slo", None) or {}
-        unknown = sorted(set(slo) - {"ttft_s", "tpot_s"})
+        unknown = sorted(set(slo) - set(SLO_BOUNDS))
         if unknown:
-            raise ValueError(f"unknown measure.slo key(s) {unknown}; valid keys: ['ttft_s', 'tpot_s']")
+            raise ValueError(f"unknown measure.slo key(s) {unknown}; valid keys: {sorted(SLO_BOUNDS)}")
         return cls(slo=SLO(**slo), **d)
 
 
-def distribution(values: pd.Series, prefix: str) -> dict[str, float]:
-    """mean, p50, p90, p99 of `values` as {prefix_mean: ..., prefix_p50: ...}; NaN when empty."""
-    v = values.dropna().to_numpy(dtype="float64")
+def percentile_label(p: float) -> str:
+    """`p` as vLLM writes it in a key: `99` for an integral percentile, `99.9` otherwise."""
+    return str(int(p)) if int(p) == p else str(p)
+
+
+def summary_percentiles(summary: dict) -> tuple[float, ...]:
+    """The percentiles a summary reports, read back from its `ttft_s_p<P>` keys (in the order written)."""
+    head = "ttft_s_p"
+    return tuple(float(k[len(head):]) for k in summary if k.startswith(head))
+
+
+def distribution(values, prefix: str, percentiles: tuple[float, ...] = PERCENTILES) -> dict[str, float]:
+    """Mean and `percentiles` of `values` (NaN left out) as {prefix_mean: ..., prefix_p50: ...}; NaN when empty."""
+    v = np.asarray(values, dtype="float64")
+    v = v[~np.isnan(v)]
+    at = np.percentile(v, percentiles) if v.size else [math.nan] * len(percentiles)   # one partition for all
     out = {f"{prefix}_mean": float(v.mean()) if v.size else math.nan}
-    for p in PERCENTILES:
-        out[f"{prefix}_p{p}"] = float(np.percentile(v, p)) if v.size else math.nan
+    out.update({f"{prefix}_p{percentile_label(p)}": float(x) for p, x in zip(percentiles, at)})
     return out
 
 
@@ -144,60 +192,133 @@ def steady_window(requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTI
     return first + warmup_fraction * (end - first), end
 
 
-def latency(done: pd.DataFrame, prefix: str = "") -> dict[str, float]:
-    """Normalized latency, TTFT and TPOT distributions of finished requests."""
-    out = distribution((done["finish_s"] - done["arrival_s"]) / done["output_len"], f"{prefix}norm_latency_s")
-    out.update(distribution(done["first_token_s"] - done["arrival_s"], f"{prefix}ttft_s"))
-    multi = done[done["output_len"] > 1]
-    out.update(distribution((multi["finish_s"] - multi["first_token_s"]) / (multi["output_len"] - 1),
-                            f"{prefix}tpot_s"))
+@dataclass(slots=True, frozen=True)
+class TokenGaps:
+    """Every ITL of a requests table in one array, request after request: the gaps between consecutive
+    times of each request's `token_times_s` (one time per step; a group's rows step together)."""
+
+    itl_s: np.ndarray       # [num_gaps]
+    owner: np.ndarray       # [num_gaps] the position (row number) in the table of the request each is of
+    num_requests: int
+
+    @classmethod
+    def of_table(cls, requests: pd.DataFrame) -> "TokenGaps | None":
+        """The table's gaps; None when it has no token times (recorded before they were)."""
+        if "token_times_s" not in requests:
+            return None
+        col = requests["token_times_s"]
+        lengths = np.fromiter(map(len, col), dtype=np.int64, count=len(col))
+        times = np.fromiter(itertools.chain.from_iterable(col), dtype="float64", count=int(lengths.sum()))
+        owner = np.repeat(np.arange(len(col)), lengths)
+        same = owner[1:] == owner[:-1]          # a gap from one request's last time to the next's first is none
+        return cls(np.diff(times)[same], owner[1:][same], len(col))
+
+    def pooled(self, mask: np.ndarray) -> np.ndarray:
+        """The ITLs of the requests where `mask` (one bool per request) holds, pooled as vLLM pools them."""
+        return self.itl_s[mask[self.owner]]
+
+    def largest(self) -> np.ndarray:
+        """Each request's largest ITL; NaN for a request with none."""
+        out = np.full(self.num_requests, math.nan)
+        if self.itl_s.size:
+            starts = np.flatnonzero(np.r_[True, self.owner[1:] != self.owner[:-1]])
+            out[self.owner[starts]] = np.maximum.reduceat(self.itl_s, starts)
+        return out
+
+
+def request_latencies(requests: pd.DataFrame, gaps: TokenGaps | None = None) -> pd.DataFrame:
+    """Per request, in seconds (NaN where it has none): ttft_s, tpot_s (none for a one-token output),
+    e2e_latency_s, norm_latency_s and max_itl_s, its largest ITL (`gaps`: the table's `TokenGaps`)."""
+    arrival, first, finish = requests["arrival_s"], requests["first_token_s"], requests["finish_s"]
+    out_len = requests["output_len"]
+    e2e = finish - arrival
+    return pd.DataFrame({
+        "ttft_s": first - arrival,
+        "tpot_s": ((finish - first) / (out_len - 1)).where(out_len > 1),
+        "e2e_latency_s": e2e,
+        "norm_latency_s": e2e / out_len,
+        "max_itl_s": gaps.largest() if gaps is not None else math.nan,
+    }, index=requests.index)
+
+
+def latency(lat: pd.DataFrame, itl_s: np.ndarray, prefix: str = "",
+            percentiles: tuple[float, ...] = PERCENTILES) -> dict[str, float]:
+    """Normalised latency, TTFT, TPOT, end-to-end latency (of `request_latencies` rows) and ITL (`itl_s`,
+    pooled) distributions."""
+    out = distribution(lat["norm_latency_s"], f"{prefix}norm_latency_s", percentiles)
+    out.update(distribution(lat["ttft_s"], f"{prefix}ttft_s", percentiles))
+    out.update(distribution(lat["tpot_s"], f"{prefix}tpot_s", percentiles))
+    out.update(distribution(itl_s, f"{prefix}itl_s", percentiles))
+    out.update(distribution(lat["e2e_latency_s"], f"{prefix}e2e_latency_s", percentiles))
     return out
 
 
-def slo_met(requests: pd.DataFrame, slo: SLO) -> pd.Series:
-    """Per request: finished with TTFT <= slo.ttft_s and TPOT <= slo.tpot_s (a one-token output has no TPOT)."""
-    ttft = requests["first_token_s"] - requests["arrival_s"]
-    steps = (requests["output_len"] - 1).clip(lower=1)
-    tpot = ((requests["finish_s"] - requests["first_token_s"]) / steps).where(requests["output_len"] > 1, 0.0)
-    return (requests["status"] == "finished") & (ttft <= slo.ttft_s) & (tpot <= slo.tpot_s)
+def slo_met(requests: pd.DataFrame, slo: SLO, lat: pd.DataFrame | None = None) -> pd.Series:
+    """Per request: finished, with every bound of `slo` holding (see `SLO`). `lat`: its `request_latencies`."""
+    if slo.itl_s is not None and "token_times_s" not in requests:
+        raise ValueError("measure.slo.itl_s needs the requests table's token_times_s, which this table "
+                         "(recorded before token times were) does not have")
+    lat = request_latencies(requests, TokenGaps.of_table(requests)) if lat is None else lat
+    met = requests["status"] == "finished"
+    if slo.ttft_s is not None:
+        met &= lat["ttft_s"] <= slo.ttft_s
+    if slo.tpot_s is not None:
+        met &= lat["tpot_s"].fillna(0.0) <= slo.tpot_s      # one token: TPOT 0, as vLLM's goodput
+    if slo.itl_s is not None:
+        met &= lat["max_itl_s"].fillna(0.0) <= slo.itl_s    # no gap: nothing exceeds the bound
+    if slo.e2e_latency_s is not None:
+        met &= lat["e2e_latency_s"] <= slo.e2e_latency_s
+    return met
 
 
-def steady(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction: float, slo: SLO) -> dict:
-    """The `steady_*` figures over the window (NaN when the window is empty)."""
+def itls(gaps: TokenGaps | None, mask: pd.Series) -> np.ndarray:
+    """The pooled ITLs of the requests where `mask` holds; none without token times."""
+    return gaps.pooled(mask.to_numpy()) if gaps is not None else np.empty(0)
+
+
+def steady(iterations: pd.DataFrame, requests: pd.DataFrame, lat: pd.DataFrame, gaps: TokenGaps | None,
+           met: pd.Series, warmup_fraction: float, percentiles: tuple[float, ...]) -> dict:
+    """The `steady_*` figures over the window (NaN when the window is empty). `lat`, `gaps`, `met`: the
+    requests' `request_latencies`, `TokenGaps` and `slo_met`."""
     start, end = steady_window(requests, warmup_fraction)
     length = end - start
     out: dict[str, float | int] = {"window_start_s": start, "window_end_s": end, "window_s": length}
     inside = iterations[(iterations["start_s"] >= start) & (iterations["start_s"] < end)]
-    arrived = requests[(requests["arrival_s"] >= start) & (requests["arrival_s"] <= end)]
-    done = arrived[arrived["status"] == "finished"]
-    finished_in = requests[(requests["finish_s"] >= start) & (requests["finish_s"] < end)
-                           & (requests["status"] == "finished")]
+    finished = requests["status"] == "finished"
+    arrived = (requests["arrival_s"] >= start) & (requests["arrival_s"] <= end)
+    finished_in = finished & (requests["finish_s"] >= start) & (requests["finish_s"] < end)
     per_s = (lambda n: n / length) if length > 0 else (lambda n: math.nan)
-    met = slo_met(arrived, slo)
     out.update({
-        "steady_num_requests": int(len(arrived)),
-        "steady_requests_per_s": per_s(len(finished_in)),
+        "steady_num_requests": int(arrived.sum()),
+        "steady_requests_per_s": per_s(int(finished_in.sum())),
         "steady_output_tokens_per_s": per_s(int(inside["batch_rows" if "batch_rows" in inside else "batch_size"].sum())),
         "steady_memory_saving": memory_saving(inside) if length > 0 else math.nan,
         "steady_mean_batch_size": batch_size(inside) if length > 0 else math.nan,
         **{k: (v if length > 0 else math.nan) for k, v in memory_split(inside, "steady_mem").items()},
-        **latency(done, "steady_"),
-        "steady_slo_attainment": float(met.mean()) if len(arrived) else math.nan,
-        "steady_goodput_requests_per_s": per_s(int(met.sum())),
+        **latency(lat[arrived & finished], itls(gaps, arrived & finished), "steady_", percentiles),
+        "steady_slo_attainment": float(met[arrived].mean()) if arrived.any() else math.nan,
+        "steady_goodput_requests_per_s": per_s(int(met[arrived].sum())),
         **admission_blocked(inside),
     })
     return out
 
 
 def summarize(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction: float = WARMUP_FRACTION,
-              slo: SLO = SLO()) -> dict[str, float | int]:
-    """Throughput, batch size, time-averaged KV split and latency distributions; whole run and steady window.
+              slo: SLO = SLO(), percentiles: tuple[float, ...] = PERCENTILES) -> dict[str, float | int]:
+    """Throughput, batch size, time-averaged KV split, latency distributions and goodput; whole run and
+    steady window.
 
     Whole-run throughput counts finished requests over the makespan, from the
     first arrival to the last finish; `output_tokens_per_s` counts generated
-    tokens only, `total_tokens_per_s` prompt + generated tokens.
+    tokens only (every row of a group), `total_tokens_per_s` prompt +
+    generated tokens; `goodput_requests_per_s` the finished requests that
+    meet the SLO. `slo_attainment` is the share of all requests that meet it.
     """
-    done = requests[requests["status"] == "finished"]
+    finished = requests["status"] == "finished"
+    done = requests[finished]
+    gaps = TokenGaps.of_table(requests)
+    lat = request_latencies(requests, gaps)
+    met = slo_met(requests, slo, lat)
     start = float(requests["arrival_s"].min()) if len(requests) else 0.0
     end = float(done["finish_s"].max()) if len(done) else start
     makespan = end - start
@@ -229,8 +350,10 @@ def summarize(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction:
     out.update(memory_split(waiting, "mem_waiting"))
     busy = float(iterations["duration_s"].sum()) if len(iterations) else 0.0
     out["waiting_time_fraction"] = float(waiting["duration_s"].sum()) / busy if busy > 0 else math.nan
-    out.update(latency(done))
-    out.update(steady(iterations, requests, warmup_fraction, slo))
+    out.update(latency(lat[finished], itls(gaps, finished), "", percentiles))
+    out["slo_attainment"] = float(met.mean()) if len(requests) else math.nan
+    out["goodput_requests_per_s"] = rate(int(met.sum()))
+    out.update(steady(iterations, requests, lat, gaps, met, warmup_fraction, percentiles))
     out["drain_s"] = end - out["window_end_s"] if len(done) else math.nan
     return out
 
@@ -251,11 +374,12 @@ class RunSetting:
 
 
 def build_summary(setting: RunSetting, iterations: pd.DataFrame, requests: pd.DataFrame, wall_s: float,
-                  warmup_fraction: float, slo: SLO, after_run: dict) -> dict:
+                  warmup_fraction: float, slo: SLO, after_run: dict,
+                  percentiles: tuple[float, ...] = PERCENTILES) -> dict:
     """The run's summary.json: its setting, the metrics of its two tables, and what the run cost.
 
     `after_run` holds the backend's keys known only once the run has ended (the real backend's time
-    inside the model forward and the machine's load).
+    inside the model forward and the machine's load). `slo_<bound>` keys are null for an unset bound.
     """
     engine, workload = setting.engine, setting.workload
     paged = engine.name == "paged"
@@ -263,11 +387,12 @@ def build_summary(setting: RunSetting, iterations: pd.DataFrame, requests: pd.Da
         "engine": engine.label, "block_size": engine.block_size if paged else None,
         "preemption": engine.preemption if paged else None, "width": setting.width,
         "workload": workload.label, "model": setting.model, "backend": setting.backend, **setting.backend_fields,
-        "arrival": workload.arrival, "request_rate": workload.request_rate, "workload_seed": workload.seed,
+        "arrival": workload.arrival, "request_rate": workload.request_rate, "burstiness": workload.burstiness,
+        "workload_seed": workload.seed,
         "duration_s": workload.duration_s, "trace_draws": setting.trace["count"],
         "trace_distinct_pairs": setting.trace["distinct_pairs"], "experiment": setting.experiment,
-        **summarize(iterations, requests, warmup_fraction, slo),
-        "slo_ttft_s": slo.ttft_s, "slo_tpot_s": slo.tpot_s,
+        **summarize(iterations, requests, warmup_fraction, slo, percentiles),
+        **{f"slo_{bound}": getattr(slo, bound) for bound in SLO_BOUNDS},
         "stopped_at_last_arrival": setting.stop_at_last_arrival,
         "wall_s": wall_s,
         "iterations_per_wall_s": len(iterations) / wall_s if wall_s > 0 else None,

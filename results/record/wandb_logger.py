@@ -1,4 +1,13 @@
-"""Logging one finished run to Weights & Biases: config, per-iteration series, request table, summary.
+"""Logging a run to Weights & Biases while it goes: config, per-iteration series, request table, summary.
+
+`LiveRun` is started before the engine loop and fed each iteration through
+`run_engine`'s `on_iteration` hook (`LiveSeries`: at most about
+`logger.max_iteration_points` points, each covering its stretch of
+iterations, against the run's own clock `clock_s`: simulated seconds on the
+sim, wall seconds on the real backend); once the run's tables and summary are
+on disk it adds the request table and the summary. A finished run, a run
+folder or a sweep is logged afterwards, under the same names, by
+`results.record.wandb_backfill`.
 
 Offline by default (`conf/logger/wandb.yaml`, `mode: offline`): wandb writes the
 run beside the run's results, under `<run folder>/wandb/offline-run-*`, never
@@ -8,18 +17,22 @@ that is logged in (`wandb login`), with
     wandb sync outputs/runs/DATE/TIME_ENGINE_WORKLOAD/wandb/offline-run-*
     wandb sync outputs/multirun/DATE/TIME/*/wandb/offline-run-*      # every run of a sweep
     wandb sync outputs/experiments/NAME/*/wandb/offline-run-*        # every run of an experiment
+    wandb sync outputs/experiments/NAME/wandb/offline-run-*          # the experiment's own run (tables, figures)
 
-Logging starts after the run's tables and summary are on disk, and a wandb
-error here is one warning line: it never costs a run its results.
-`import wandb` is slow (seconds), so it happens only when `logger=wandb`.
+A wandb error is one warning line: it stops the logging, never the run, and
+never costs a run its results. `import wandb` is slow (seconds), so it
+happens only when `logger=wandb`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 import logging
 import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -27,10 +40,15 @@ import pandas as pd
 from engines.specs.mapping import build_from_mapping
 from engines.kv.memory_split import CATEGORIES
 
+if TYPE_CHECKING:
+    from engines.loop import IterationRow
+    from workloads.request import Request
+
 log = logging.getLogger("pagedbench")
 NAMES = ("none", "wandb")
 MODES = ("offline", "online", "disabled")
-SERIES = "iteration"   # history keys are `iteration/<name>`; `iteration/start_s` is their x-axis
+SERIES = "iteration"   # the series' keys are `iteration/<name>`
+CLOCK = "clock_s"      # their x-axis: the run's clock at a point's first iteration (the wandb step is its index)
 
 
 @dataclass(slots=True)
@@ -44,7 +62,7 @@ class LoggerConfig:
     dir: str | None = None            # null: the run folder
     group: str | None = None          # null: the caller's (a sweep's folder name), or none
     tags: list[str] = field(default_factory=list)
-    max_iteration_points: int = 5000  # the per-iteration series is cut into at most this many points
+    max_iteration_points: int = 2000  # the per-iteration series is cut into about this many points
     max_request_rows: int = 10000     # wandb's own limit for a logged table
 
     def __post_init__(self) -> None:
@@ -73,55 +91,124 @@ def bucket_starts(n: int, max_points: int) -> np.ndarray:
     return (np.arange(k, dtype=np.int64) * n) // k
 
 
-def iteration_series(iterations: pd.DataFrame, max_points: int) -> pd.DataFrame:
-    """The series to chart, one row per bucket of consecutive iterations (one iteration each when few).
+def series_points(cols: Mapping[str, np.ndarray], starts: np.ndarray, capacity) -> dict[str, np.ndarray]:
+    """The series to chart, one point per bucket of consecutive iterations (`starts`: each bucket's first row).
 
-    Every point covers its whole bucket, so nothing between points is lost:
-    `preempted` is the bucket's sum; `tokens_per_s` is its computed tokens
-    (prefill tokens + one per decoded sequence) over its duration; levels
-    (batch size, waiting requests, KV split as fractions of capacity, the
-    memory saved by sharing, swapped requests) are means weighted by
-    iteration duration, like the summary's `mem_*`; `swapped_out` is a sum.
-    `step` and `start_s` are the bucket's first iteration.
+    `cols` holds the iterations' columns by `IterationRow` name (a frame of
+    iterations.parquet, or a live window); `capacity` is the KV budget in
+    slots (a number, or one per row). Every point covers its whole bucket,
+    so nothing between points is lost: `clock_s` is the bucket's first
+    iteration's start on the run's clock; counts are the bucket's sums
+    (`preempted`, `swapped_out`, `swapped_in`, groups); levels (batch size,
+    waiting requests, the KV split as fractions of capacity, the memory
+    saved by sharing, swapped groups) are means weighted by iteration
+    duration, like the summary's `mem_*`. Two throughputs, saying what they
+    count: `rows_per_s`, output tokens (one per advancing row) per second of
+    the run's clock from the bucket's first start to its last end, idle
+    time included; `tokens_per_s`, computed tokens (prompt tokens
+    prefilled + one per decoded row) per second of the bucket's iterations.
     """
-    if len(iterations) == 0:
-        return pd.DataFrame(columns=["step", "start_s"])
-    starts = bucket_starts(len(iterations), max_points)
+    starts = np.asarray(starts, dtype=np.int64)
+    n = len(cols["duration_s"])
+    ends = np.append(starts[1:], n) - 1   # each bucket's last row
+
+    def column(name) -> np.ndarray:
+        return np.asarray(cols[name], dtype=np.float64)
 
     def sums(values) -> np.ndarray:
         return np.add.reduceat(np.asarray(values, dtype=np.float64), starts)
 
-    duration = sums(iterations["duration_s"])
-    count = sums(np.ones(len(iterations)))
-    weight = iterations["duration_s"].to_numpy(dtype=np.float64)
+    duration = sums(column("duration_s"))
+    count = sums(np.ones(n))
+    weight = column("duration_s")
 
     def level(values) -> np.ndarray:
         values = np.asarray(values, dtype=np.float64)
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(duration > 0, sums(values * weight) / duration, sums(values) / count)
 
-    capacity = iterations["capacity_slots"].to_numpy(dtype=np.float64)
-    # One token per decoded sequence: every row of a request of several (samples, beams) when recorded.
-    decoded = (iterations["batch_rows"].where(iterations["decode_seqs"] > 0, 0) if "batch_rows" in iterations
-               else iterations["decode_seqs"])
+    start_s = column("start_s")
+    capacity = np.asarray(capacity, dtype=np.float64)
+    rows = column("batch_rows") if "batch_rows" in cols else column("decode_seqs")   # old runs: groups
+    decoded = np.where(column("decode_seqs") > 0, rows, 0)
+    span = start_s[ends] + weight[ends] - start_s[starts]
     with np.errstate(invalid="ignore", divide="ignore"):
-        tokens_per_s = np.where(duration > 0, sums(iterations["prefill_tokens"] + decoded) / duration, np.nan)
+        tokens_per_s = np.where(duration > 0, sums(column("prefill_tokens") + decoded) / duration, np.nan)
+        rows_per_s = np.where(span > 0, sums(rows) / span, np.nan)
     out = {
-        "step": iterations["iteration"].to_numpy()[starts],
-        "start_s": iterations["start_s"].to_numpy(dtype=np.float64)[starts],
-        "batch_size": level(iterations["batch_size"]),
+        CLOCK: start_s[starts],
+        "batch_size": level(column("batch_size")),
+        "num_waiting": level(column("num_waiting")),
+        "rows_per_s": rows_per_s,
         "tokens_per_s": tokens_per_s,
-        "num_waiting": level(iterations["num_waiting"]),
-        "preempted": sums(iterations["preempted"]),
-        **{f"mem_{cat}": level(iterations[cat].to_numpy(dtype=np.float64) / capacity) for cat in CATEGORIES},
+        "preempted": sums(column("preempted")),
+        **{f"mem_{cat}": level(column(cat) / capacity) for cat in CATEGORIES},
     }
-    if "unshared_slots" in iterations:   # sharing and swapping (runs recorded since they were added)
-        unshared = iterations["unshared_slots"].to_numpy(dtype=np.float64)
+    if "unshared_slots" in cols:   # sharing and swapping (runs recorded since they were added)
+        unshared = column("unshared_slots")
         with np.errstate(invalid="ignore", divide="ignore"):
-            saved = np.where(unshared > 0, 1 - iterations["allocated_slots"].to_numpy(dtype=np.float64) / unshared, 0.0)
-        out.update(memory_saving=level(saved), swapped_out=sums(iterations["swapped_out"]),
-                   num_swapped=level(iterations["num_swapped"]))
-    return pd.DataFrame(out)
+            saved = np.where(unshared > 0, 1 - column("allocated_slots") / unshared, 0.0)
+        out.update(memory_saving=level(saved), swapped_out=sums(column("swapped_out")),
+                   num_swapped=level(column("num_swapped")))
+    if "swapped_in" in cols:
+        out["swapped_in"] = sums(column("swapped_in"))
+    return out
+
+
+def series_row(point: Mapping[str, float]) -> dict[str, float]:
+    """One point as wandb history: `clock_s` and `iteration/<name>`, without missing values."""
+    row = {CLOCK: float(point[CLOCK])}
+    row.update((f"{SERIES}/{k}", float(v)) for k, v in point.items() if k != CLOCK and math.isfinite(v))
+    return row
+
+
+class LiveSeries:
+    """The engine loop's per-iteration callback: iterations gathered into windows, one point logged per window.
+
+    A window closes after `every` iterations. `every` is set after each
+    point so the run's expected iterations make about `max_points` points:
+    the iterations so far over the share of the trace's rows (output
+    tokens, `expected_rows`) computed so far. Tokens at a steady pace make
+    `max_points` points; a pace that rises, fewer; one that falls (a long
+    tail) would make more, so once `max_points` are logged each later point
+    covers at least 8 / `max_points` of the iterations so far (a 100,000-
+    iteration run whose pace falls 100-fold logs about 1.3 x `max_points`).
+    Cheap per iteration (an append and an add); a window's point is made by
+    `series_points`, as for a finished run. `log(row, step)` receives each.
+    """
+
+    def __init__(self, log: Callable[[dict, int], None], capacity: int, expected_rows: int, max_points: int):
+        self.log = log
+        self.capacity = capacity
+        self.expected_rows = max(int(expected_rows), 0)
+        self.max_points = max_points
+        self.window: list[IterationRow] = []
+        self.seen = 0        # iterations in the points logged so far
+        self.rows_done = 0
+        self.every = 1
+        self.points = 0
+
+    def __call__(self, row: "IterationRow") -> None:
+        self.window.append(row)
+        self.rows_done += row.batch_rows
+        if len(self.window) >= self.every:
+            self.flush()
+
+    def flush(self) -> None:
+        """Log the open window as a point (at the end of a run: its last, partial window)."""
+        if not self.window:
+            return
+        window, self.window = self.window, []
+        cols = dict(zip(window[0]._fields, map(np.asarray, zip(*window))))
+        point = {k: v[0] for k, v in series_points(cols, np.zeros(1, dtype=np.int64), self.capacity).items()}
+        self.log(series_row(point), self.seen)
+        self.seen += len(window)
+        self.points += 1
+        if self.rows_done > 0 and self.expected_rows > 0:
+            done = min(1.0, self.rows_done / self.expected_rows)
+            self.every = max(1, round(self.seen / done / self.max_points))
+        if self.points >= self.max_points:   # the pace fell (a long tail): later points thin out faster
+            self.every = max(self.every, 8 * self.seen // self.max_points)
 
 
 def plain_value(value):
@@ -150,6 +237,15 @@ def table_rows(df: pd.DataFrame, max_rows: int) -> list[list]:
     return [[plain_value(v) for v in row] for row in df.astype(object).itertuples(index=False, name=None)]
 
 
+def scalar_columns(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` without its columns of sequences (one array per row), which a wandb table cannot chart."""
+    def holds_sequences(column: pd.Series) -> bool:
+        values = column[column.notna()] if column.dtype == object else column.iloc[:0]
+        return len(values) > 0 and isinstance(values.iloc[0], (list, tuple, np.ndarray))
+
+    return df[[c for c in df.columns if not holds_sequences(df[c])]]
+
+
 def run_name(summary: dict) -> str:
     """`ENGINE[-bsN]-WORKLOAD[-rateR]`, e.g. `paged-bs16-sharegpt-rate2`; offline arrivals have no rate."""
     parts = [str(summary.get("engine", "run"))]
@@ -171,7 +267,7 @@ def sweep_group(sweep_dir: str | Path) -> str:
 
 
 class WandbRun:
-    """One wandb run for one pagedbench run: `start`, `log_run`, optionally `log_figures`, `finish`."""
+    """One wandb run: `start`, then any of `define_series`, `log_end`, `log_table`, `log_figures`; `finish`."""
 
     def __init__(self, run, wandb, cfg: LoggerConfig, mode: str) -> None:
         self.run = run
@@ -181,7 +277,9 @@ class WandbRun:
 
     @classmethod
     def start(cls, logger_cfg: dict | LoggerConfig, config: dict, run_dir: Path, name: str,
-              group: str | None = None) -> "WandbRun":
+              group: str | None = None, job_type: str = "run") -> "WandbRun":
+        """A new wandb run under `run_dir` (or `logger.dir`); `job_type` "run" for a run, "sweep" for a sweep's
+        own run, so the dashboard can filter one from the other."""
         cfg = logger_cfg if isinstance(logger_cfg, LoggerConfig) else LoggerConfig.from_dict(logger_cfg)
         os.environ.setdefault("WANDB_SILENT", "true")
         import wandb   # slow: only when logging to wandb
@@ -199,7 +297,7 @@ class WandbRun:
             x_disable_machine_info=True,  # no cloud-metadata probes over the network
         )
         run = wandb.init(project=cfg.project, entity=cfg.entity, dir=str(where), name=name,
-                         group=cfg.group or group, tags=cfg.tags, config=plain_value(config),
+                         group=cfg.group or group, job_type=job_type, tags=cfg.tags, config=plain_value(config),
                          settings=settings, reinit="create_new")
         return cls(run, wandb, cfg, mode)
 
@@ -208,21 +306,22 @@ class WandbRun:
         """This run's wandb folder (`.../wandb/offline-run-*`): what `wandb sync` takes."""
         return Path(self.run.dir).parent
 
-    def log_run(self, iterations: pd.DataFrame, requests: pd.DataFrame, summary: dict) -> None:
-        """The per-iteration series (step = iteration index), the request table, the summary metrics."""
-        run = self.run
-        run.define_metric(f"{SERIES}/start_s", summary="none")
-        # Charts of the series plot against the run's clock (simulated or wall) by default;
-        # the iteration index stays available as the step. No last-value copies in the summary.
-        run.define_metric(f"{SERIES}/*", step_metric=f"{SERIES}/start_s", summary="none")
-        series = iteration_series(iterations, self.cfg.max_iteration_points)
-        keys = [c for c in series.columns if c != "step"]
-        for step, *values in series[["step", *keys]].itertuples(index=False, name=None):
-            row = {f"{SERIES}/{k}": float(v) for k, v in zip(keys, values) if math.isfinite(v)}
-            run.log(row, step=int(step))
-        rows = table_rows(requests, self.cfg.max_request_rows)
-        run.log({"requests": self.wandb.Table(columns=[str(c) for c in requests.columns], data=rows)})
-        run.summary.update(plain_value(summary))
+    def define_series(self) -> None:
+        """Charts of `iteration/*` plot against the run's clock; the iteration index stays the step.
+        No last-value copies of the series in the summary."""
+        self.run.define_metric(CLOCK, summary="none")
+        self.run.define_metric(f"{SERIES}/*", step_metric=CLOCK, summary="none")
+
+    def log_end(self, requests: pd.DataFrame, summary: dict) -> None:
+        """The request table (sampled down to `max_request_rows`; per-token columns such as `token_times_s`
+        stay in requests.parquet) and the summary metrics."""
+        self.log_table("requests", scalar_columns(requests), self.cfg.max_request_rows)
+        self.run.summary.update(plain_value(summary))
+
+    def log_table(self, key: str, df: pd.DataFrame, max_rows: int | None = None) -> None:
+        rows = table_rows(df, max_rows or self.cfg.max_request_rows)
+        self.run.log({key: self.wandb.Table(columns=[str(c) for c in df.columns], data=rows,
+                                            allow_mixed_types=True)})
 
     def log_figures(self, paths: list[Path]) -> None:
         """Images (e.g. a sweep's plots), each under `figures/<file stem>`."""
@@ -232,38 +331,120 @@ class WandbRun:
         self.run.finish(exit_code=1 if failed else 0)
 
 
-def log_to_wandb(logger_cfg: dict, config: dict, run_dir: Path, iterations: pd.DataFrame,
-                 requests: pd.DataFrame, summary: dict, group: str | None = None,
-                 name: str | None = None) -> Path | None:
-    """Log a finished run if `logger_cfg` says wandb; the wandb run's folder, or None.
+def warn_failed(err: Exception, run_dir: Path) -> None:
+    """A wandb failure as one warning line."""
+    first_line = (str(err).strip().splitlines() or [""])[0]
+    log.warning("wandb logging failed (the run's results are in %s): %s: %s", run_dir, type(err).__name__,
+                first_line)
 
-    `config` is the whole resolved config; `group` (e.g. the sweep folder's
-    name) applies when `logger.group` is null; `name` defaults to
-    `run_name(summary)`. Does nothing, without importing wandb, for
-    `logger=none` or `mode: disabled`. Any failure is one warning line.
-    """
+
+def close_failed(wandb_run: WandbRun | None) -> None:
+    if wandb_run is not None:
+        try:
+            wandb_run.finish(failed=True)
+        except Exception:
+            pass
+
+
+def active_config(logger_cfg: dict | LoggerConfig) -> LoggerConfig | None:
+    """The logger config when it says to log to wandb; None for `logger=none`, `mode: disabled`, or a bad
+    config (one warning line)."""
     try:
-        cfg = LoggerConfig.from_dict(logger_cfg)
+        cfg = logger_cfg if isinstance(logger_cfg, LoggerConfig) else LoggerConfig.from_dict(logger_cfg)
     except ValueError as err:
         log.warning("wandb logging skipped: %s", err)
         return None
-    if not cfg.active:
+    return cfg if cfg.active else None
+
+
+def start_wandb(logger_cfg: dict | LoggerConfig, config: dict, run_dir: Path, name: str, group: str | None = None,
+                job_type: str = "run") -> WandbRun | None:
+    """`WandbRun.start` if `logger_cfg` says wandb (`active_config`), else None without importing wandb;
+    None with one warning line if it fails to start."""
+    cfg = active_config(logger_cfg)
+    if cfg is None:
         return None
-    wandb_run = None
     try:
-        wandb_run = WandbRun.start(cfg, config, run_dir, name or run_name(summary), group)
-        wandb_run.log_run(iterations, requests, summary)
-        wandb_run.finish()
+        return WandbRun.start(cfg, config, run_dir, name, group, job_type)
     except Exception as err:   # wandb raises many kinds; none may cost the run its results
-        first_line = (str(err).strip().splitlines() or [""])[0]
-        log.warning("wandb logging failed (the run's results are in %s): %s: %s",
-                    run_dir, type(err).__name__, first_line)
-        if wandb_run is not None:
-            try:
-                wandb_run.finish(failed=True)
-            except Exception:
-                pass
+        warn_failed(err, run_dir)
         return None
+
+
+def said_where(wandb_run: WandbRun) -> None:
     if wandb_run.mode == "offline":
         log.info("wandb: offline run in %s; upload with `wandb sync %s`", wandb_run.folder, wandb_run.folder)
-    return wandb_run.folder
+
+
+class LiveRun:
+    """A run logged while it goes: `series` is the engine loop's `on_iteration`; `end` adds the request table
+    and the summary once they are on disk and closes the run. A wandb error is one warning line and ends
+    the logging, never the run."""
+
+    def __init__(self, wandb_run: WandbRun, run_dir: Path, capacity: int, expected_rows: int) -> None:
+        self.wandb_run = wandb_run
+        self.run_dir = run_dir
+        self.broken = False
+        self.closed = False
+        wandb_run.define_series()
+        self.series = LiveSeries(self._log, capacity, expected_rows, wandb_run.cfg.max_iteration_points)
+
+    def _log(self, row: dict, step: int) -> None:
+        if self.broken:
+            return
+        try:
+            self.wandb_run.run.log(row, step=step)
+        except Exception as err:
+            self._fail(err)
+
+    def _fail(self, err: Exception) -> None:
+        warn_failed(err, self.run_dir)
+        self.broken = True
+        self.close(failed=True)
+
+    def end(self, requests: pd.DataFrame, summary: dict) -> None:
+        """The series' last point, the request table, the summary; then the run is closed."""
+        try:
+            self.series.flush()
+            if not self.broken:
+                self.wandb_run.log_end(requests, summary)
+                self.close()
+                said_where(self.wandb_run)
+        except Exception as err:
+            self._fail(err)
+
+    def close(self, failed: bool = False) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        if failed:
+            close_failed(self.wandb_run)
+            return
+        try:
+            self.wandb_run.finish()
+        except Exception as err:
+            warn_failed(err, self.run_dir)
+
+
+@contextmanager
+def live_run(logger_cfg: dict, config: dict, run_dir: Path, name: str, group: str | None, capacity: int,
+             requests: list[Request]) -> Iterator[LiveRun | None]:
+    """A `LiveRun` for the block (None when not logging, or wandb failed to start: one warning line). The
+    block calls `end` once the run's results are on disk; a block that raises leaves the run marked failed.
+    `requests`, the trace: its output tokens spread the series' points over the run."""
+    wandb_run = start_wandb(logger_cfg, config, run_dir, name, group)
+    live = None
+    if wandb_run is not None:
+        try:
+            live = LiveRun(wandb_run, run_dir, capacity, sum(r.width * r.output_len for r in requests))
+        except Exception as err:
+            warn_failed(err, run_dir)
+            close_failed(wandb_run)
+    try:
+        yield live
+    except BaseException:
+        if live is not None:
+            live.close(failed=True)
+        raise
+    if live is not None:
+        live.close()

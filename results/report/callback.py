@@ -1,4 +1,5 @@
-"""Hydra hooks for sweeps: where a sweep writes, and its aggregate written when it ends."""
+"""Hydra hooks for sweeps: where a sweep writes, and its aggregate written (and, with `logger=wandb`, logged
+as the sweep's own wandb run) when it ends."""
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,9 @@ def sweep_failures() -> str | None:
 
 
 class AggregateSweep(Callback):
-    """Write the sweep's aggregate table and figures once every run of the sweep has ended, and say which
-    runs failed (their errors are in failures.csv and each run's error.json)."""
+    """Write the sweep's aggregate table and figures once every run of the sweep has ended, log them as the
+    sweep's own wandb run when `logger=wandb` (in the group of the sweep's runs), and say which runs failed
+    (their errors are in failures.csv and each run's error.json)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
         from results.sweeps.collect import collect_failures
@@ -43,9 +45,27 @@ class AggregateSweep(Callback):
             log.info("sweep aggregate: %s", write_aggregate(folder))
         except Exception as err:   # the runs' own results are already safe on disk
             log.warning("could not aggregate %s (%s); run `python -m results.report.aggregate %s`", folder, err, folder)
+        log_sweep_to_wandb(config, folder)
         failures = collect_failures(folder)
         if len(failures):
             first = failures.iloc[0]
             _failures.append(f"{len(failures)} run(s) of the sweep in {folder} failed (listed in "
                              f"{folder / 'failures.csv'}); first: {first['run_dir']}: {first['error']}")
             log.error("%s", _failures[-1])
+
+
+def log_sweep_to_wandb(config: DictConfig, folder: Path) -> None:
+    """The sweep's wandb run: its tables and figures (`results.record.wandb_backfill.log_sweep`); nothing,
+    without importing wandb, unless `logger=wandb`. A failure is one warning line."""
+    if "logger" not in config or config.logger.get("name") != "wandb":
+        return
+    from results.record.wandb_backfill import log_sweep
+
+    try:
+        logger_cfg = OmegaConf.to_container(config.logger, resolve=True)
+        sweep_config = OmegaConf.to_container(OmegaConf.masked_copy(config, [k for k in config if k != "hydra"]),
+                                              resolve=True)
+        log_sweep(folder, logger_cfg, sweep_config)
+    except Exception as err:   # the sweep's results are on disk already
+        log.warning("could not log the sweep %s to wandb (%s); run `python -m results.record.wandb_backfill %s`",
+                    folder, err, folder)

@@ -1,32 +1,39 @@
 """The paper's figures, drawn from an aggregate table (one row per run).
 
 - `plot_memory_waste`: Figure 2, the KV budget split per engine.
-- `plot_latency_vs_rate`: Figure 12, mean normalized latency vs request rate.
+- `plot_latency_vs_rate`: Figure 12, mean normalized latency vs request rate, one thin line per seed.
 - `plot_batch_size`: Figure 13, mean batch size per engine and request rate.
 - `plot_block_size`: Figure 18b, the paged engine across block sizes.
-- `plot_all`: whichever of these the runs support.
+- `plot_latency_distributions`: TTFT and TPOT CDFs per engine, from run folders at one request rate.
+- `plot_all`: whichever of Figures 2-18b the runs support.
 
 Every figure has one panel per setting (workload, and model, backend,
 hardware or experiment when the table holds several). Figures 2, 12 and 13
 show the paged engine at block size 16, the paper's default, when the table
 has it (else at its smallest block size); runs repeated at one point are
-averaged. PNGs are written atomically.
+averaged, runs of different seeds are not. Legends sit outside the panels.
+PNGs are written atomically.
 """
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
 
 matplotlib.use("Agg")
-from matplotlib.patches import Patch   # noqa: E402  (after choosing the backend)
+from matplotlib.figure import Figure   # noqa: E402  (after choosing the backend)
+from matplotlib.lines import Line2D   # noqa: E402
+from matplotlib.patches import Patch   # noqa: E402
+from matplotlib.ticker import FuncFormatter   # noqa: E402
 import matplotlib.pyplot as plt   # noqa: E402
 import numpy as np   # noqa: E402
 import pandas as pd   # noqa: E402
 
 from results.sweeps.collect import engine_rank   # noqa: E402
-from results.record.store import atomic_write   # noqa: E402
+from results.record.store import atomic_write, read_summary   # noqa: E402
+from results.record.summary import request_latencies   # noqa: E402
 from results.sweeps.sustainable import DEFAULT_THRESHOLD   # noqa: E402
 
 ENGINE_COLORS = {"static": "#7f7f7f", "orca-max": "#d62728", "orca-pow2": "#ff7f0e",
@@ -36,6 +43,7 @@ MEMORY_PARTS = (("token_states", "token states", "#2ca02c"), ("reservation", "re
                 ("internal_fragmentation", "internal frag.", "#8c564b"),
                 ("external_fragmentation", "external frag. & others", "#e377c2"), ("free", "free", "#e0e0e0"))
 SETTING_COLUMNS = ("workload", "model", "backend", "hardware", "device", "experiment")
+SEED_COLUMNS = ("workload_seed", "seed")   # an aggregate's, then a capacity table's
 DEFAULT_BLOCK_SIZE = 16
 FIGURE_NAMES = ("memory_waste.png", "memory_waste_while_waiting.png", "latency_vs_rate.png",
                 "batch_size.png", "block_size.png")
@@ -108,8 +116,12 @@ def rate_label(rate: float) -> str:
     return "offline" if math.isnan(rate) else f"{rate:g} req/s"
 
 
-def _panels(n: int, width: float, height: float, max_cols: int = 3):
-    """A figure of n panels of width x height inches, at most max_cols a row."""
+def panel_grid(n: int, width: float, height: float, max_cols: int = 3, widths: Sequence[float] | None = None):
+    """A figure of n panels of width x height inches, at most max_cols a row; or one row of panels `widths`
+    inches wide."""
+    if widths is not None:
+        fig, axes = plt.subplots(1, len(widths), figsize=(sum(widths), height), width_ratios=widths, squeeze=False)
+        return fig, list(axes.flat)
     cols = min(n, max_cols)
     rows = math.ceil(n / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
@@ -118,7 +130,20 @@ def _panels(n: int, width: float, height: float, max_cols: int = 3):
     return fig, list(axes.flat[:n])
 
 
-def _save(fig, path: Path) -> Path:
+def legend_outside(fig: Figure, axes, extra: Sequence = ()) -> None:
+    """One legend for the figure, right of its panels: each label drawn in `axes` once, then `extra` handles."""
+    handles = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    for handle in extra:
+        handles.setdefault(handle.get_label(), handle)
+    if handles:
+        fig.legend(list(handles.values()), list(handles.keys()), loc="center left", bbox_to_anchor=(1.0, 0.5),
+                   fontsize=7, frameon=False)
+
+
+def save_figure(fig: Figure, path: Path) -> Path:
     path = Path(path)
     try:
         fig.tight_layout()
@@ -155,7 +180,7 @@ def plot_memory_waste(df: pd.DataFrame, path: Path, prefix: str = "mem", rate: f
     rows = memory_rows(default_block(df), prefix)
     _require(len(rows) > 0, f"no run with {prefix}_* columns")
     panels = settings(rows)
-    fig, axes = _panels(len(panels), 6.4, 0.55 * max(len(engines_in(rows)), 2) + 1.4)
+    fig, axes = panel_grid(len(panels), 6.4, 0.55 * max(len(engines_in(rows)), 2) + 1.4)
     for ax, (title, panel) in zip(axes, panels):
         if rate is not None:
             chosen = panel[panel["rate"] == rate]
@@ -189,16 +214,24 @@ def plot_memory_waste(df: pd.DataFrame, path: Path, prefix: str = "mem", rate: f
         ax.set_title(f"{title} | {rate_label(chosen['rate'].iloc[0])}\nKV memory {when}", fontsize=9)
     fig.legend(handles=[Patch(color=color, label=label) for _, label, color in MEMORY_PARTS],
                loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=5, fontsize=7, frameon=False)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 # --- Figure 12 --------------------------------------------------------------------------------------------
 
+def seeds(df: pd.DataFrame) -> pd.Series:
+    """Each run's workload seed (0 where the table has no seed column)."""
+    for column in SEED_COLUMNS:
+        if column in df:
+            return df[column].fillna(0)
+    return pd.Series(0, index=df.index)
+
+
 def rate_curves(df: pd.DataFrame) -> pd.DataFrame:
-    """Mean normalized latency per setting, engine and finite request rate."""
+    """Normalized latency (steady-window mean) and seed of each run at a finite request rate."""
     df = default_block(df)
     df = df[df["rate"].notna() & (df["rate"] < math.inf)]
-    return df.assign(latency=steady(df, "norm_latency_s_mean"))
+    return df.assign(latency=steady(df, "norm_latency_s_mean"), seed=seeds(df))
 
 
 def has_curve(curves: pd.DataFrame) -> bool:
@@ -209,37 +242,68 @@ def has_curve(curves: pd.DataFrame) -> bool:
     return bool(curves.groupby([*setting_columns(curves), "engine"], dropna=False)["rate"].nunique().max() >= 2)
 
 
-def plot_latency_vs_rate(df: pd.DataFrame, path: Path, threshold: float = DEFAULT_THRESHOLD,
-                         y_max: float | None = None) -> Path:
-    """Figure 12: mean normalized latency (s/token) vs request rate (req/s), one line per engine.
+def draw_seed_curves(ax, panel: pd.DataFrame, engine: str) -> None:
+    """One thin line per seed (runs repeated at one seed and rate averaged), gid "seed:ENGINE:SEED"; with two or
+    more seeds, their mean at the rates every seed ran, gid "mean:ENGINE". Different seeds' rates are never
+    averaged together: a capacity search probes each seed at its own rates."""
+    color, label = engine_color(engine), engine_label(panel, engine)
+    mine = panel[(panel["engine"] == engine) & panel["latency"].notna()]
+    by_seed = mine.groupby(["rate", "seed"])["latency"].mean().unstack("seed")   # [rates, seeds]
+    single = by_seed.shape[1] == 1
+    for seed in by_seed.columns:
+        points = by_seed[seed].dropna()
+        ax.plot(points.index, points.to_numpy(), color=color, marker="o", markersize=3.5 if single else 1.5,
+                linewidth=1.4 if single else 0.6, alpha=1.0 if single else 0.45, gid=f"seed:{engine}:{seed}",
+                label=label if single else None)
+    shared = by_seed.dropna()
+    if not single and len(shared):
+        ax.plot(shared.index, shared.mean(axis=1).to_numpy(), color=color, marker="o", markersize=3.5,
+                linewidth=1.6, gid=f"mean:{engine}", label=label)
+    elif not single:   # no rate that every seed ran: the engine's legend entry alone
+        ax.plot([], [], color=color, linewidth=1.6, label=label)
 
-    The y axis stops at `y_max` (default 1.2 x threshold once any point passes the threshold,
-    as the paper's stops at 1 s/token), so a blow-up leaves the panel as a steep line; the
-    threshold is drawn dashed.
-    """
+
+def latency_figure(df: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD, y_max: float | None = None) -> Figure:
+    """Figure 12's figure, not saved (see `plot_latency_vs_rate`)."""
     curves = rate_curves(df)
     _require(has_curve(curves), "needs an engine's runs at two or more finite request rates")
     panels = settings(curves)
-    fig, axes = _panels(len(panels), 4.6, 3.6)
+    fig, axes = panel_grid(len(panels), 4.6, 3.6)
     for ax, (title, panel) in zip(axes, panels):
         top = y_max
         if top is None:
             highest = panel["latency"].max()
             top = 1.2 * threshold if not highest <= threshold else 1.1 * highest
         for engine in engines_in(panel):
-            points = panel[panel["engine"] == engine].groupby("rate")["latency"].mean()
-            ax.plot(points.index, points.to_numpy(), marker="o", markersize=3.5, color=engine_color(engine),
-                    label=engine_label(panel, engine))
+            draw_seed_curves(ax, panel, engine)
         if threshold <= top:
-            ax.axhline(threshold, color="black", linestyle="--", linewidth=0.8)
+            ax.axhline(threshold, color="black", linestyle="--", linewidth=0.8, gid="threshold")
         ax.set_ylim(0, top if top > 0 else 1)
         ax.set_xlim(left=0)
         ax.set_xlabel("request rate (req/s)")
         ax.set_ylabel("normalized latency (s/token)")
         ax.set_title(title, fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    return _save(fig, path)
+    several = curves.groupby(["engine"])["seed"].nunique().max() > 1
+    keys = [Line2D([], [], color="black", linestyle="--", linewidth=0.8, label=f"threshold {threshold:g} s/token")]
+    if several:
+        keys += [Line2D([], [], color="grey", linewidth=0.6, alpha=0.6, label="thin: one seed"),
+                 Line2D([], [], color="grey", linewidth=1.6, marker="o", markersize=3.5,
+                        label="thick: mean at rates\nevery seed ran")]
+    legend_outside(fig, axes, keys)
+    return fig
+
+
+def plot_latency_vs_rate(df: pd.DataFrame, path: Path, threshold: float = DEFAULT_THRESHOLD,
+                         y_max: float | None = None) -> Path:
+    """Figure 12: normalized latency (s/token, steady-window mean) vs request rate (req/s), per engine one thin
+    line per seed and, with several seeds, a thick line of their mean at the rates every seed ran.
+
+    The y axis stops at `y_max` (default 1.2 x threshold once any point passes the threshold,
+    as the paper's stops at 1 s/token), so a blow-up leaves the panel as a steep line; the
+    threshold is drawn dashed.
+    """
+    return save_figure(latency_figure(df, threshold, y_max), path)
 
 
 # --- Figure 13 --------------------------------------------------------------------------------------------
@@ -253,7 +317,7 @@ def plot_batch_size(df: pd.DataFrame, path: Path) -> Path:
     _require(len(rows) > 0, "no run with a mean_batch_size")
     panels = settings(rows)
     most = max(p["rate"].nunique(dropna=False) for _, p in panels)
-    fig, axes = _panels(len(panels), max(4.0, 1.3 * most + 1.5), 3.4)
+    fig, axes = panel_grid(len(panels), max(4.0, 1.3 * most + 1.5), 3.4)
     for ax, (title, panel) in zip(axes, panels):
         rates = sorted(panel["rate"].unique(), key=lambda r: (math.isnan(r), r))
         engines = engines_in(panel)
@@ -270,8 +334,8 @@ def plot_batch_size(df: pd.DataFrame, path: Path) -> Path:
         ax.set_ylabel("mean batch size (requests)")
         ax.set_title(title, fontsize=9)
         ax.margins(y=0.12)
-        ax.legend(fontsize=7)
-    return _save(fig, path)
+    legend_outside(fig, axes)
+    return save_figure(fig, path)
 
 
 # --- Figure 18b -------------------------------------------------------------------------------------------
@@ -299,7 +363,7 @@ def plot_block_size(df: pd.DataFrame, path: Path) -> Path:
     mean normalized latency and throughput, one line per setting and request rate."""
     rows = block_size_rows(df)
     _require(len(rows) > 0, "needs paged runs at two or more block sizes")
-    fig, axes = _panels(len(BLOCK_METRICS), 4.2, 3.2, max_cols=2)
+    fig, axes = panel_grid(len(BLOCK_METRICS), 4.2, 3.2, max_cols=2)
     lines = [(title, rate, part) for title, panel in settings(rows)
              for rate, part in panel.groupby("rate", dropna=False, sort=True)]
     for ax, (column, label, scale) in zip(axes, BLOCK_METRICS):
@@ -316,9 +380,93 @@ def plot_block_size(df: pd.DataFrame, path: Path) -> Path:
         highest = np.nanmax([line.get_ydata().max() for line in ax.get_lines()] + [0])
         ax.set_ylim(0, 1.1 * highest if highest > 0 else 1)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=6)
+    legend_outside(fig, axes[:1])
     fig.suptitle("paged engine vs block size", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
+
+
+# --- TTFT and TPOT at one rate ---------------------------------------------------------------------------
+
+def runs_at_rate(folder: Path, df: pd.DataFrame, rate: float, workload: str | None = None) -> list[Path]:
+    """The run folders (under `folder`, the sweep's) of the table's runs at `rate` (and `workload`)."""
+    rows = df[(_numeric(df, "request_rate") == rate) & ((df["workload"] == workload) if workload else True)]
+    return [Path(folder) / d for d in rows["run_dir"]]
+
+
+def shared_rates(df: pd.DataFrame) -> list[float]:
+    """The request rates at which every engine of the table has a run (some seed's)."""
+    rates = [set(_numeric(g, "request_rate").dropna()) for _, g in df.groupby("engine")]
+    return sorted(set.intersection(*rates)) if rates else []
+
+
+def steady_latencies(run_dir: Path) -> tuple[dict, pd.DataFrame]:
+    """A run's summary and the `request_latencies` of its finished requests that arrived in the steady window
+    (the requests its `steady_*` latency figures count; all finished requests without a window)."""
+    summary = read_summary(run_dir)
+    requests = pd.read_parquet(Path(run_dir) / "requests.parquet")
+    keep = requests["status"] == "finished"
+    start, end = summary.get("window_start_s"), summary.get("window_end_s")
+    if start is not None and end is not None and end > start:
+        keep &= requests["arrival_s"].between(start, end)
+    return summary, request_latencies(requests[keep])
+
+
+def latency_distribution_figure(run_dirs: Sequence[Path]) -> Figure | None:
+    """The figure of `plot_latency_distributions`, not saved; None without a finished request."""
+    pooled: dict[tuple, list[pd.DataFrame]] = {}
+    rates, workloads, seeds_of = set(), set(), {}
+    for run_dir in run_dirs:
+        summary, lat = steady_latencies(run_dir)
+        key = (summary["engine"], summary.get("block_size"))
+        pooled.setdefault(key, []).append(lat)
+        seeds_of.setdefault(key, set()).add(summary.get("workload_seed"))
+        rates.add(summary.get("request_rate"))
+        workloads.add(summary.get("workload"))
+    if len(rates) > 1:
+        raise ValueError(f"the runs are at different request rates {sorted(rates, key=str)}: pass runs at one rate")
+    pooled = {k: pd.concat(v) for k, v in pooled.items()}
+    pooled = {k: v for k, v in pooled.items() if len(v)}
+    if not pooled:
+        return None
+    keys = sorted(pooled, key=lambda k: (engine_rank(k[0]), k[0], k[1] or 0))
+    blocks = {e: [b for k, b in keys if k == e] for e, _ in keys}   # an engine at several block sizes: a style each
+    fig, axes = panel_grid(2, 4.6, 3.4)
+    for ax, column, label in zip(axes, ("ttft_s", "tpot_s"), ("TTFT (s)", "TPOT (s/token)")):
+        drawn = []
+        for engine, block in keys:
+            values = pooled[(engine, block)][column].dropna()   # TPOT is NaN for a one-token output
+            if not len(values):
+                continue
+            mine = blocks[engine]
+            name = f"{engine} (block {block})" if len(mine) > 1 else engine
+            n_seeds = len(seeds_of[(engine, block)])
+            ax.ecdf(values, color=engine_color(engine), linestyle=("-", "--", ":", "-.")[mine.index(block) % 4],
+                    label=f"{name}: {len(values):,} requests" + (f", {n_seeds} seeds" if n_seeds > 1 else ""))
+            drawn.append(values)
+        spread = pd.concat(drawn) if drawn else pd.Series(dtype=float)
+        if len(spread) and spread.min() > 0 and spread.max() > 20 * spread.min():   # over a decade: log axis
+            ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        else:
+            ax.locator_params(axis="x", nbins=5)
+        ax.set_xlabel(label + (", log scale" if ax.get_xscale() == "log" else ""))
+        ax.set_ylabel("fraction of requests")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    rate = rates.pop()
+    rate = rate_label(math.nan if rate is None else float(rate))
+    fig.suptitle(f"{' | '.join(sorted(map(str, workloads)))} | {rate}: TTFT and TPOT of the finished requests "
+                 "that arrived in the steady window", fontsize=9)
+    legend_outside(fig, axes)
+    return fig
+
+
+def plot_latency_distributions(run_dirs: Sequence[Path], path: Path) -> Path | None:
+    """TTFT and TPOT CDFs per engine (x on a log scale where it spans over a decade), from run folders of one
+    request rate (named in the title; runs at different rates raise ValueError); an engine's seeds are pooled.
+    None without a finished request."""
+    fig = latency_distribution_figure(run_dirs)
+    return None if fig is None else save_figure(fig, path)
 
 
 # --- all --------------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ a ratio with one in it. `results.report.write` puts them in the report; the beam
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -18,20 +17,17 @@ from results.report.beams import section_beam_check, section_persistence
 from results.report.bounds import bound_note, capacity_warnings, ratio_cell
 from results.report.markdown import num, pct, table
 from results.report.paper import paper, sharing_before
-from results.report.read import load_aggregate, load_capacity
+from results.report.plots import plot_latency_distributions, runs_at_rate
+from results.report.read import load, load_aggregate, load_capacity
 from results.report.section import NotRun, Section, experiment_not_run
+from results.report.sharing_plots import (plot_beam, plot_chat, plot_prefix, plot_sampling, plot_sharegpt_saving,
+                                          setting)
 from results.report.swapping import preemption_rows
 from results.sweeps.capacity import combined_bound
 from results.sweeps.sustainable import ratio_bound
 
 BASELINES = ("orca-max", "orca-pow2", "orca-oracle")
 # Figures 14-15 (OPT-13B, Alpaca): memory saving by sharing, %.
-
-
-def setting(workload: str) -> str:
-    """"alpaca_synthetic_beam4" -> "beam4"; "..._n2" -> "n2"; "translation_5shot" -> "5shot"; else "n1"."""
-    match = re.search(r"_(n\d+|beam\d+|\d+shot)$", str(workload))
-    return match.group(1) if match else "n1"
 
 
 LIMIT_WORDS = {"memory": "memory", "max_num_seqs": "row cap", "token_budget": "token budget"}
@@ -91,6 +87,29 @@ def before_cell(experiment: str, key: str, saving: bool = True) -> str:
     return ", ".join(cells)
 
 
+DISTRIBUTION_RATE = 1.0   # req/s: every engine's capacity search probes its start rate, on every seed
+
+
+def latency_distributions(experiments: Path, figures: Path | None) -> str:
+    """TTFT and TPOT per engine at one rate, beam width 2 (the beam search's runs at DISTRIBUTION_RATE)."""
+    runs = load(experiments, "beam")
+    if figures is None or runs is None:
+        return ""
+    dirs = runs_at_rate(experiments / "beam", runs, DISTRIBUTION_RATE, "alpaca_synthetic_beam2")
+    if not dirs or plot_latency_distributions(dirs, Path(figures) / "latency_distributions.png") is None:
+        return ""
+    return (f"TTFT and TPOT of each engine's requests at {DISTRIBUTION_RATE:g} req/s, beam width 2 (every seed's "
+            "run of the beam search at that rate, steady window):\n\n"
+            "![TTFT and TPOT distributions](figures/latency_distributions.png)\n")
+
+
+def figure_link(figures: Path | None, name: str, plot, table_) -> str:
+    """Draw `plot(table_)` into figures/NAME.png and return its markdown link ("" with nothing drawn)."""
+    if figures is None or plot(table_, Path(figures) / f"{name}.png") is None:
+        return ""
+    return f"\n![{name}](figures/{name}.png)\n"
+
+
 SEQ_CAP = 1024   # the raised row cap of the *_seqcap sweeps
 
 
@@ -108,7 +127,7 @@ def raised_cap(experiments: Path, name: str, label: str, header: list[str], sect
             "paged engine and the ratios become:\n\n" + table(header, capacity_rows(cap, "latency")) + "\n")
 
 
-def section_sampling(experiments: Path) -> Section:
+def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
     head = ("## Parallel sampling and beam search (Figures 14-15)\n\n"
             "Each request runs n samples or a beam of w sequences, admitted, scheduled, preempted and finished "
             "together. The paged engine stores their prompt once (reference-counted blocks; a row writing into a "
@@ -133,11 +152,14 @@ def section_sampling(experiments: Path) -> Section:
         section.has_runs = True
         section.warnings += capacity_warnings(cap, experiments / name)
         rows = [r + [before_cell(name, r[0])] for r in capacity_rows(cap, "latency", paper().saving_alpaca)]
-        parts.append(f"**{label}**, {command}, capacity in req/s:\n\n" + table(header, rows) + "\n")
+        parts.append(f"**{label}**, {command}, capacity in req/s:\n\n" + table(header, rows) + "\n"
+                     + figure_link(figures, name, plot_sampling if name == "sampling" else plot_beam, cap))
         good = capacity_rows(cap, "goodput")
         parts.append("Under the goodput criterion (90% of requests within TTFT <= 1 s and TPOT <= 0.1 s), "
                      "paged / oracle: " + ", ".join(f"{r[0]} {r[7]}" for r in good) + ".\n")
         parts.append(raised_cap(experiments, name, label, header[:-2], section))
+        if name == "beam":
+            parts.append(latency_distributions(experiments, figures))
     parts.append(trace_length_check(experiments))
     long = load_capacity(experiments, "sampling_1h")
     if long is None and section.has_runs:
@@ -167,7 +189,8 @@ def section_sampling(experiments: Path) -> Section:
                      "capacity search; the saving in the run at its capacity):\n\n"
                      + table(["setting", "paged capacity (req/s)", "saving %", "mean batch (requests)",
                                "paper saving % (range over n or width)",
-                               f"saving % before ({sharing_before().commit})"], rows) + "\n")
+                               f"saving % before ({sharing_before().commit})"], rows) + "\n"
+                     + figure_link(figures, "saving", plot_sharegpt_saving, saving))
     for check in (section_persistence(experiments.parent / "beam_persistence" / "persistence.csv"),
                   section_beam_check(experiments.parent / "beam_check" / "beam_check.csv")):
         parts.append(check.text)
@@ -203,7 +226,7 @@ def trace_length_check(experiments: Path) -> str:
             + table(["setting", "10-minute traces", "one-hour traces"], rows) + "\n")
 
 
-def section_prefix(experiments: Path) -> Section:
+def section_prefix(experiments: Path, figures: Path | None = None) -> Section:
     head = ("## Shared prefix (Figure 16)\n\n`python run.py -m experiment=prefix`: translation requests behind one "
             "shared few-shot prefix (1-shot: 80 tokens, 5-shot: 341), LLaMA-13B on one A100-40GB, sim backend, "
             "10-minute Poisson traces, seeds 0-2. The paged engine computes the prefix once and maps every later "
@@ -223,14 +246,25 @@ def section_prefix(experiments: Path) -> Section:
     for r in rows:
         r += [paper_ratio.get(r[0], "-"), before_cell("prefix", r[0], saving=False)]
     return Section(head + "Capacity (req/s) at mean normalized latency <= 0.2 s/token:\n\n" + table(header, rows)
-                   + "\n", has_runs=True, warnings=capacity_warnings(cap, experiments / "prefix"))
+                   + "\n" + figure_link(figures, "prefix", plot_prefix, cap), has_runs=True,
+                   warnings=capacity_warnings(cap, experiments / "prefix"))
 
 
-def section_chat(experiments: Path) -> Section:
+def section_chat(experiments: Path, figures: Path | None = None) -> Section:
     head = ("## Chatbot (Figure 17)\n\n`python run.py -m experiment=chat`: each request is a ShareGPT conversation "
             "so far, cut to its last 1,024 tokens, and the next reply, at most 1,024 tokens (`workloads/chat.py`); "
             "OPT-13B on one A100-40GB, sim backend, one-hour Poisson traces, seeds 0-2. The paper: vLLM sustains 2x "
-            "the request rate of every Orca variant.\n\n")
+            "the request rate of every Orca variant, whose figures coincide because most prompts reach the cut.\n\n"
+            "The packaged ShareGPT file splits every long conversation into records of about 2,048 tokens; taken "
+            "one record at a time (`workload.chat_history=record`, the previous revision) a reply's history stops "
+            "at its record's start, and 35% of prompts reached the cut. Joined back into whole conversations (the "
+            "default, `conversation`: a record continues the one before it when its id and overlapping turns "
+            "match), 61.5% do (`python -m workloads.stats chat`; `docs/chat_trace.md`). A prompt at the cut "
+            "needs 1,024 + output > 1,024 slots, which Orca's buddy allocator rounds to 2,048 under all three "
+            "reservations, so the Orca variants come together; the requests below the cut (mostly early rounds) "
+            "still let pow2 and oracle take less. The packaged file holds only the dataset's first 17,671 records, "
+            "and OPT's GPT-2 tokenizer cannot be loaded offline (cl100k_base counts fewer tokens), so fewer "
+            "prompts reach the cut than in the paper.\n\n")
     cap = load_capacity(experiments, "chat")
     if cap is None:
         return Section(not_run=[experiment_not_run("Chatbot (Figure 17)", "chat", experiments)])
@@ -240,7 +274,8 @@ def section_chat(experiments: Path) -> Section:
     for crit in ("latency", "goodput"):
         for r in capacity_rows(cap, crit):
             rows.append([crit] + r[1:8] + [before_cell("chat", "n1", saving=False) if crit == "latency" else "-"])
-    return Section(head + "Capacity (req/s):\n\n" + table(header, rows) + "\n", has_runs=True,
+    return Section(head + "Capacity (req/s):\n\n" + table(header, rows) + "\n"
+                   + figure_link(figures, "chat", plot_chat, cap), has_runs=True,
                    warnings=capacity_warnings(cap, experiments / "chat"))
 
 

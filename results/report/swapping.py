@@ -13,11 +13,12 @@ from results.report.bounds import bound_note, capacity_warnings, ratio_cell
 from results.report.markdown import num, table
 from results.report.paper import sharing_before
 from results.report.read import load_aggregate, load_capacity
+from results.report.sharing_plots import plot_swap_block_size, plot_swap_cost
 from results.report.section import NotRun, Section, experiment_not_run, shown
 from results.sweeps.capacity import combined_bound
 
 
-def section_swap(experiments: Path, swap_bench: Path) -> Section:
+def section_swap(experiments: Path, swap_bench: Path, figures: Path | None = None) -> Section:
     """Figure 19a on the sim (from the presets: no runs needed) and on this CPU, Figure 19b on the sim."""
     head = ("## Swapping and recomputation (Figure 19)\n\n"
             "A preempted request's blocks move to a host pool and back (`engine.preemption=swap`), or are freed "
@@ -35,6 +36,9 @@ def section_swap(experiments: Path, swap_bench: Path) -> Section:
              num(r["recompute_over_swap"], ".2f")] for r in costs]
     parts = [head, "**Figure 19a on the sim**, `python -m studies.swap_cost` (OPT-13B, A100-40GB, 1,024 tokens):\n\n"
              + table(["block size", "swap one way (ms)", "recompute (ms)", "recompute / swap"], rows) + "\n"]
+    if figures is not None:
+        plot_swap_cost(Path(figures) / "swap_cost.png")
+        parts.append("![Figure 19a on the sim](figures/swap_cost.png)\n")
     section = Section()
     bench = swap_bench / "swap_bench.csv"
     if not bench.is_file():
@@ -82,6 +86,8 @@ def section_swap(experiments: Path, swap_bench: Path) -> Section:
                      "and 256, swaps serial):\n\n"
                      + table(["block size", "req/s", "swap: latency", "swap: preemptions", "recompute: latency",
                                "recompute: preemptions", f"before ({before.commit}): swap / recompute"], rows) + "\n")
+    if figures is not None and plot_swap_block_size(cap, agg, Path(figures) / "swap_block_size.png") is not None:
+        parts.append("![Figure 19b on the sim](figures/swap_block_size.png)\n")
     parts.append("The paper: swapping suffers with small blocks (many small PCIe transfers); recomputation's cost "
                  "does not depend on the block size; the two are comparable for blocks of 16-64.\n")
     section.text = "\n".join(parts)

@@ -93,10 +93,10 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
         section_capacity(capacity, load(experiments, "capacity"), figures, experiments),
         section_batch(load(experiments, "batch_size"), figures, experiments),
         section_blocks(load(experiments, "block_size"), figures, experiments),
-        section_sampling(experiments),
-        section_prefix(experiments),
-        section_chat(experiments),
-        section_swap(experiments, swap_bench),
+        section_sampling(experiments, figures),
+        section_prefix(experiments, figures),
+        section_chat(experiments, figures),
+        section_swap(experiments, swap_bench, figures),
         section_sensitivity(experiments.parent / "sensitivity"),
         section_real(real_cpu),
         section_real_sharing(experiments),
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         drawn = len(list(Path(figures).glob("*.png")))
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    print(f"wrote {out}" + (f" and {drawn} figures in {out.parent / 'figures'}" if drawn else ""))
+    print(f"wrote {out}" + (f" and {drawn} figure{'s' if drawn > 1 else ''} in {out.parent / 'figures'}" if drawn else ""))
     return 0
 
 

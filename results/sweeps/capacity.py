@@ -129,8 +129,12 @@ class RateSearch:
     def round(rate: float) -> float:
         return float(f"{rate:.4g}")
 
+    def snap(self, rate: float) -> float:
+        """`rate` rounded, then kept within [min_rate, max_rate] (rounding may step past a limit)."""
+        return min(max(self.round(rate), self.min_rate), self.max_rate)
+
     def record(self, rate: float, met: bool) -> None:
-        self.outcomes[self.round(rate)] = bool(met)
+        self.outcomes[self.snap(rate)] = bool(met)
 
     @property
     def upper(self) -> float | None:
@@ -161,7 +165,7 @@ class RateSearch:
             return None
         else:
             rate = (lo + hi) / 2
-        rate = self.round(rate)
+        rate = self.snap(rate)
         if rate in self.outcomes:   # rounding cannot split the bracket any further
             return None
         return rate

@@ -1,21 +1,94 @@
-"""pytest-benchmark timing of swap-out / swap-in against block size, beside recomputation (Figure 19a).
+"""pytest-benchmark timings of swap-out / swap-in against block size, beside recomputation (Figure 19a).
 
-    make bench PYTEST_ARGS="-k swap -s"
+    make bench PYTEST_ARGS="-k swap"
 
-The measurement lives in `studies/swap_bench.py`, whose command writes it to CSV and JSON.
+TOKENS token slots of the tiny model's K and V (every layer) move from the
+device cache to the host pool (swap out) or back (swap in), one copy per
+block, per layer, for K and for V, as the engine swaps them
+(`engines.real.swap`); on cuda the host pool is pinned and each timed call
+ends with a synchronise. Recomputation is the prefill of the same tokens
+through the real model; its cost does not depend on the block size. Each swap
+must leave the destination's blocks equal to the source's, and each prefill
+must emit one token.
+
+`python -m studies.swap_bench --out DIR` measures the same rows with its own
+timer, at more token counts, and fits the sim's transfer model to them.
 """
 from __future__ import annotations
 
-from studies.swap_bench import BLOCK_SIZES, measure
+import pytest
+import torch
+
+from engines.batch import Batch
+from engines.config import EngineConfig, SchedulerLimits
+from engines.real.build import RealBackendConfig, build_real, load_real_model
+from engines.real.model import resolve_device, resolve_dtype
+from engines.real.swap import allocate_host_blocks, swap_blocks
+from engines.sequence import Sequence
+from engines.specs.presets import load_model
+from studies.swap_bench import BLOCK_SIZES, RECOMPUTE_SPARE_SLOTS
+from workloads.request import Request
+
+MODEL, TOKENS = "tiny", 512
+ROUNDS, WARMUP_ROUNDS = 20, 2     # a swap: 1-20 ms on a cpu
+RECOMPUTE_ROUNDS, RECOMPUTE_WARMUP_ROUNDS = 10, 2
+DEVICE = resolve_device("auto")
+DTYPE = resolve_dtype("auto", DEVICE)
+GROUP = f"swap or recompute {TOKENS} tokens, {MODEL} model, {DEVICE.type}"
 
 
-def test_swap_latency_against_block_size(benchmark):
-    rows, meta = benchmark.pedantic(measure, kwargs=dict(tokens=512, repeats=3), rounds=1, iterations=1)
-    benchmark.extra_info.update(meta)
-    print(f"\nswap of {rows[0]['tokens']} tokens on {meta['device']} ({meta['model']}):")
-    for r in rows[:len(BLOCK_SIZES)]:
-        print(f"  block {r['block_size']:>3}: out {r['swap_out_ms']:8.2f} ms, in {r['swap_in_ms']:8.2f} ms, "
-              f"recompute {r['recompute_ms']:8.2f} ms")
-    print(f"  fit: {meta['fit_host_transfer_latency_s'] * 1e6:.2f} us per transfer, "
-          f"{(meta['fit_host_link_bandwidth'] or float('nan')) / 1e9:.1f} GB/s")
-    assert len(rows) == len(BLOCK_SIZES) + 2 and all(r["swap_out_ms"] > 0 and r["swap_in_ms"] > 0 for r in rows)
+def _sync() -> None:
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize(DEVICE)
+
+
+@pytest.mark.parametrize("direction", ["out", "in"])
+@pytest.mark.parametrize("block_size", BLOCK_SIZES)
+def test_swap(benchmark, block_size, direction):
+    spec = load_model(MODEL)
+    blocks = -(-TOKENS // block_size)
+    shape = (blocks, block_size, spec.num_kv_heads, spec.head_dim)   # one layer's K (or V) blocks
+    dev_k = [torch.empty(shape, device=DEVICE, dtype=DTYPE) for _ in range(spec.num_layers)]
+    dev_v = [torch.empty_like(t) for t in dev_k]
+    device, host = (dev_k, dev_v), allocate_host_blocks(dev_k, blocks)
+    (src_k, src_v), (dst_k, dst_v) = (device, host) if direction == "out" else (host, device)
+    for t in src_k + src_v:
+        t.copy_(torch.randn(shape))
+    for t in dst_k + dst_v:
+        t.zero_()
+    pairs = [(b, b) for b in range(blocks)]
+    benchmark.group = GROUP
+
+    def swap():
+        swap_blocks(src_k, src_v, dst_k, dst_v, pairs)
+        _sync()
+
+    benchmark.pedantic(swap, rounds=ROUNDS, warmup_rounds=WARMUP_ROUNDS, iterations=1)
+    benchmark.extra_info.update(blocks=blocks, transfers=2 * spec.num_layers * blocks, dtype=str(DTYPE))
+    pairs_of_layers = zip([t.cpu() for t in src_k + src_v], [t.cpu() for t in dst_k + dst_v])
+    moved = sum(torch.equal(s[b], d[b]) for s, d in pairs_of_layers for b in range(blocks))
+    assert moved == 2 * spec.num_layers * blocks   # every block of every layer's K and V
+
+
+def test_recompute(benchmark):
+    """One prefill of TOKENS tokens through the real model, with room in its KV cache for them."""
+    spec = load_model(MODEL)
+    backend = RealBackendConfig(device=str(DEVICE), dtype=str(DTYPE).removeprefix("torch."))
+    loaded = load_real_model(backend, spec)
+    backend.kv_budget_mib = (TOKENS + RECOMPUTE_SPARE_SLOTS) * loaded.bytes_per_slot / 2**20
+    limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max(TOKENS, spec.max_seq_len))
+    setup = build_real(backend, spec, EngineConfig(name="paged", block_size=16, watermark=0.0, swap_space=0),
+                       limits, loaded=loaded)
+    seq = Sequence(Request(0, 0.0, tuple(range(1, TOKENS + 1)), output_len=2))
+    setup.scheduler.kv.try_admit(seq)
+    batch = Batch(prefill=[seq], prefill_lens=[TOKENS])
+    benchmark.group = GROUP
+
+    def recompute() -> int:
+        setup.executor.execute(batch)
+        emitted = len(seq.output_token_ids)
+        seq.output_token_ids.clear()
+        return emitted
+
+    assert benchmark.pedantic(recompute, rounds=RECOMPUTE_ROUNDS, warmup_rounds=RECOMPUTE_WARMUP_ROUNDS,
+                              iterations=1) == 1

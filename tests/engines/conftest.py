@@ -6,6 +6,8 @@ from workloads.request import Request
 class UnitExecutor:
     """Every iteration takes 1 s plus 1 ms per computed token: enough to order events in tests."""
 
+    name = "unit"
+
     def __init__(self):
         self.clock = 0.0
 

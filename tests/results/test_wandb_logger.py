@@ -20,7 +20,8 @@ import pandas as pd
 import pytest
 
 from engines.kv.memory_split import CATEGORIES
-from results.record.wandb_logger import LoggerConfig, WandbRun, iteration_series, log_to_wandb, run_name, sweep_group
+from results.record.wandb_backfill import iteration_series, log_to_wandb
+from results.record.wandb_logger import LoggerConfig, WandbRun, run_name, sweep_group
 from paths import ROOT
 
 BLOCK = 32 * 1024          # the log is cut into 32 KiB blocks
@@ -116,7 +117,7 @@ def test_series_keep_every_iteration_when_few():
     iterations, _, _ = fake_run()
     series = iteration_series(iterations, max_points=100)
     assert series["step"].tolist() == list(range(10))
-    assert series["start_s"].tolist() == iterations["start_s"].tolist()
+    assert series["clock_s"].tolist() == iterations["start_s"].tolist()
     expected = (iterations["prefill_tokens"] + iterations["decode_seqs"]) / iterations["duration_s"]
     np.testing.assert_allclose(series["tokens_per_s"], expected)
     np.testing.assert_allclose(series["mem_token_states"], iterations["token_states"] / 100)
@@ -173,9 +174,9 @@ def test_offline_run_records_config_series_table_and_summary(wandb_home, tmp_pat
 
     history = [{".".join(i.nested_key) or i.key: json.loads(i.value_json) for i in h.item}
                for h in by_kind("history")]
-    series_rows = [h for h in history if "iteration/start_s" in h]
+    series_rows = [h for h in history if "clock_s" in h]
     assert [h["_step"] for h in series_rows] == [0, 2, 5, 7]   # 10 iterations, 4 points
-    assert [h["iteration/start_s"] for h in series_rows] == [0.0, 1.0, 2.5, 3.5]
+    assert [h["clock_s"] for h in series_rows] == [0.0, 1.0, 2.5, 3.5]
     expected_keys = {"iteration/batch_size", "iteration/tokens_per_s", "iteration/num_waiting",
                      "iteration/preempted", *(f"iteration/mem_{c}" for c in CATEGORIES)}
     assert all(expected_keys <= h.keys() for h in series_rows)
@@ -183,7 +184,7 @@ def test_offline_run_records_config_series_table_and_summary(wandb_home, tmp_pat
     assert any(k.startswith("requests") for h in history for k in h)
 
     metrics = {m.glob_name or m.name: m for m in by_kind("metric")}
-    assert metrics["iteration/*"].step_metric == "iteration/start_s"
+    assert metrics["iteration/*"].step_metric == "clock_s"
 
     final = {}
     for s in by_kind("summary"):
@@ -224,7 +225,7 @@ def test_no_logger_writes_nothing_and_never_imports_wandb(logger, tmp_path):
         import sys
         from pathlib import Path
         import pandas as pd
-        from results.record.wandb_logger import log_to_wandb
+        from results.record.wandb_backfill import log_to_wandb
         empty = pd.DataFrame()
         assert log_to_wandb({logger!r}, {{}}, Path({str(tmp_path)!r}), empty, empty, {{}}) is None
         print("wandb imported" if "wandb" in sys.modules else "wandb not imported")

@@ -1,0 +1,189 @@
+"""The capacity search at the ends of its range, and the bound of a ratio of two bounded capacities.
+
+A search that never fails must stop at `max_rate` itself, not at the last
+power of `growth` below it nor past it, and say the capacity is a lower
+bound there; one that always fails must stop at `min_rate`. Growth factors
+and limits are chosen so that repeated multiplication does not land on the
+limit by chance.
+
+A ratio p / b of two capacities, each exact ("="), a lower bound (">=":
+the true value is at least the figure) or an upper bound ("<": the true
+value is under it), is itself a bound, read off which way each figure may
+move the ratio: p higher moves it up, b higher moves it down. The table
+below is written from that, pair by pair.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import pandas as pd
+import pytest
+
+from results.sweeps.capacity import Criterion, RateSearch, bound_reason, combined_bound, ratio_summary, ratio_table
+from results.sweeps.sustainable import ratio_bound, ratios
+
+
+def run_search(passes, **kwargs) -> tuple[RateSearch, list[float]]:
+    """Drive a search with `passes(rate) -> bool` to its end; the rates it probed, in order."""
+    s = RateSearch(**kwargs)
+    probed = []
+    while (rate := s.next_rate()) is not None:
+        probed.append(rate)
+        s.record(rate, passes(rate))
+        assert len(probed) < 100, probed
+    return s, probed
+
+
+# -- the range's ends --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start, growth, max_rate", [(1.0, 2.0, 10.0), (1.0, 3.0, 20.0), (0.7, 2.0, 5.0),
+                                                     (2.0, 1.5, 9.0), (1.0, 2.0, 1.0), (3.0, 4.0, 100.0),
+                                                     (1.0, 2.0, 16.0)])
+def test_a_search_that_never_fails_stops_exactly_at_max_rate_and_says_so(start, growth, max_rate):
+    s, probed = run_search(lambda rate: True, start=start, growth=growth, max_rate=max_rate)
+    assert max(probed) <= max_rate, f"probed {probed} past max_rate {max_rate}"
+    assert probed[-1] == max_rate, f"stopped at {probed[-1]}, below max_rate {max_rate}: {probed}"
+    assert probed == sorted(probed) and len(set(probed)) == len(probed)
+    result = s.result()
+    assert result["capacity"] == max_rate and result["bound"] == ">=" and result["upper"] is None
+    assert result["done"] and result["probes"] == len(probed)
+    assert bound_reason(result["bound"], result["done"]) == "max_rate"
+
+
+@pytest.mark.parametrize("start, growth, min_rate", [(1.0, 2.0, 0.3), (1.0, 3.0, 0.05), (5.0, 2.0, 0.7),
+                                                     (1.0, 2.0, 1.0), (2.0, 1.5, 0.25)])
+def test_a_search_that_always_fails_stops_exactly_at_min_rate_and_says_so(start, growth, min_rate):
+    s, probed = run_search(lambda rate: False, start=start, growth=growth, min_rate=min_rate)
+    assert min(probed) >= min_rate, f"probed {probed} below min_rate {min_rate}"
+    assert probed[-1] == min_rate, probed
+    result = s.result()
+    assert result["capacity"] == min_rate and result["bound"] == "<" and result["upper"] == min_rate
+    assert result["done"] and bound_reason(result["bound"], result["done"]) == "min_rate"
+
+
+@pytest.mark.parametrize("knee", [9.3, 9.99, 6.0, 0.31, 0.26])
+def test_a_knee_near_either_end_is_bracketed_inside_the_range(knee):
+    """A knee between the last power of growth and a limit: found exactly, every probe inside the range."""
+    s, probed = run_search(lambda rate: rate <= knee, start=1.0, growth=2.0, min_rate=0.25, max_rate=10.0,
+                           precision=0.01)
+    assert all(0.25 <= r <= 10.0 for r in probed), probed
+    result = s.result()
+    assert result["bound"] == "=" and result["done"]
+    assert result["capacity"] <= knee < result["upper"]
+    assert (result["upper"] - result["capacity"]) / result["capacity"] <= 0.01 + 1e-3
+
+
+def test_a_criterion_met_at_max_rate_after_a_bumpy_start_is_still_only_a_lower_bound():
+    s, probed = run_search(lambda rate: True, start=1.0, growth=2.5, max_rate=12.0)
+    assert probed == [1.0, 2.5, 6.25, 12.0]
+    assert s.result()["capacity"] == 12.0 and s.result()["bound"] == ">="
+
+
+@pytest.mark.parametrize("limit", ["max_rate", "min_rate"])
+def test_a_limit_with_more_digits_than_the_rates_is_never_passed(limit):
+    """Rates are rounded to 4 significant digits; a limit with more digits must still bound every probe
+    (7.77777 rounds up to 7.778, 0.123444 down to 0.1234)."""
+    if limit == "max_rate":
+        s, probed = run_search(lambda rate: True, start=1.0, growth=2.0, max_rate=7.77777)
+        assert max(probed) <= 7.77777, probed
+        assert s.result()["capacity"] <= 7.77777
+    else:
+        s, probed = run_search(lambda rate: False, start=1.0, growth=2.0, min_rate=0.123444)
+        assert min(probed) >= 0.123444, probed
+        assert s.result()["capacity"] >= 0.123444
+
+
+# -- ratio bounds ------------------------------------------------------------------------------------------
+
+
+# Which way the true capacity may lie from its figure: "=" nowhere, ">=" higher, "<" lower.
+# numerator, denominator -> the ratio's bound, read off by hand:
+RATIO_BOUNDS = {
+    ("=", "="): "=",     # both exact
+    (">=", "="): ">=",   # p may be higher: the ratio may be higher
+    ("<", "="): "<=",    # p may be lower: the ratio may be lower
+    ("=", ">="): "<=",   # b may be higher: the ratio may be lower
+    ("=", "<"): ">=",    # b may be lower: the ratio may be higher
+    (">=", "<"): ">=",   # p higher, b lower: both raise the ratio
+    ("<", ">="): "<=",   # p lower, b higher: both lower it
+    (">=", ">="): "?",   # p higher raises it, b higher lowers it: either way
+    ("<", "<"): "?",     # p lower lowers it, b lower raises it: either way
+}
+
+
+def test_the_table_covers_every_pair_of_capacity_bounds():
+    assert set(RATIO_BOUNDS) == set(itertools.product(["=", ">=", "<"], repeat=2))
+
+
+@pytest.mark.parametrize("numerator, denominator", list(RATIO_BOUNDS))
+def test_ratio_bound_of_every_pair(numerator, denominator):
+    assert ratio_bound(numerator, denominator) == RATIO_BOUNDS[numerator, denominator]
+
+
+def capacity_rows(paged_bound: str, orca_bound: str, seed: int = 0) -> list[dict]:
+    common = dict(workload="sharegpt", model="opt-13b", seed=seed, criterion="latency<=0.2s/tok", upper=None,
+                  probes=6, done=True, error=None)
+    return [dict(engine="paged", block_size=16, capacity=6.0, bound=paged_bound, **common),
+            dict(engine="orca-oracle", block_size=None, capacity=2.0, bound=orca_bound, **common)]
+
+
+@pytest.mark.parametrize("numerator, denominator", list(RATIO_BOUNDS))
+def test_capacity_ratio_tables_carry_the_ratio_bound_of_every_pair(numerator, denominator):
+    table = ratio_table(pd.DataFrame(capacity_rows(numerator, denominator)))
+    row = table.iloc[0]
+    assert len(table) == 1 and row["ratio"] == pytest.approx(3.0)
+    want = RATIO_BOUNDS[numerator, denominator]
+    assert row["bound"] == want and row["ratio_is_bound"] == (want != "=")
+    reasons = {"=": "", ">=": "max_rate", "<": "min_rate"}
+    named = [f"{engine} {reasons[b]}" for engine, b in (("paged", numerator), ("orca-oracle", denominator))
+             if b != "="]
+    assert row["bound_reason"] == ", ".join(named)
+
+
+@pytest.mark.parametrize("numerator, denominator", list(RATIO_BOUNDS))
+def test_sustainable_rate_ratios_carry_the_ratio_bound_of_every_pair(numerator, denominator):
+    rates = pd.DataFrame([
+        dict(workload="w", model="m", engine="paged", block_size=16, sustainable_rate=6.0, bound=numerator,
+             num_rates=3, min_rate=1.0, max_rate=8.0, threshold=1.0),
+        dict(workload="w", model="m", engine="orca-oracle", block_size=math.nan, sustainable_rate=2.0,
+             bound=denominator, num_rates=3, min_rate=1.0, max_rate=8.0, threshold=1.0)])
+    table = ratios(rates)
+    assert len(table) == 1 and table.iloc[0]["ratio"] == pytest.approx(3.0)
+    assert table.iloc[0]["bound"] == RATIO_BOUNDS[numerator, denominator]
+
+
+# A mean over seeds: exact only if every seed is; one kind of bound among the seeds is that bound; two kinds
+# that pull opposite ways leave it open.
+MEAN_BOUNDS = [(["=", "="], "="), (["=", ">="], ">="), ([">=", ">="], ">="), (["<", "="], "<"),
+               (["=", "<="], "<="), ([">=", "<"], "?"), ([">=", "<="], "?"), (["?", "="], "?"),
+               (["=", "=", "="], "="), (["=", ">=", "<="], "?")]
+
+
+@pytest.mark.parametrize("bounds, want", MEAN_BOUNDS)
+def test_combined_bound_over_seeds(bounds, want):
+    assert combined_bound(bounds) == want
+
+
+@pytest.mark.parametrize("seed_bounds, want", [
+    ([("=", "="), ("=", "=")], "="),
+    ([(">=", "="), ("=", "=")], ">="),       # one seed's ratio at least: the mean is at least
+    ([(">=", "="), ("=", "<")], ">="),       # both seeds' ratios at least
+    ([("=", ">="), ("=", "=")], "<="),
+    ([(">=", "="), ("=", ">=")], "?"),       # one seed's at least, another's at most
+    ([(">=", ">="), ("=", "=")], "?"),
+])
+def test_ratio_summaries_combine_each_seeds_ratio_bound(seed_bounds, want):
+    rows = []
+    for seed, (paged, orca) in enumerate(seed_bounds):
+        rows += capacity_rows(paged, orca, seed)
+    summary = ratio_summary(ratio_table(pd.DataFrame(rows))).iloc[0]
+    assert summary["bound"] == want and summary["exact"] == (want == "=")
+
+
+def test_criteria_judge_the_threshold_itself_as_met():
+    assert Criterion("latency", threshold=0.2).met({"steady_norm_latency_s_mean": 0.2})
+    assert not Criterion("latency", threshold=0.2).met({"steady_norm_latency_s_mean": 0.2000001})
+    assert Criterion("goodput", attainment=0.9).met({"steady_slo_attainment": 0.9})
+    assert not Criterion("goodput", attainment=0.9).met({"steady_slo_attainment": 0.8999})
