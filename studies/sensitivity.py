@@ -12,7 +12,7 @@ sequences are recomputed; beam persistence exists only for beams).
 
 To keep the grid affordable the searches are smaller than the figures' own: one seed (0), 10-minute Poisson
 traces, precision 3%; the default row is measured the same way, so each row compares like with like. Each
-search is an ordinary Hydra capacity sweep under OUT/fig<N>/<input>=<value>/ (re-running skips what is
+search is an ordinary Hydra capacity sweep under OUT/fig<N>/<input>_<value>/ (re-running skips what is
 done); OUT/sensitivity.csv holds one row per figure, input, value and baseline, read by the report
 (`python -m results.report --only "Sensitivity of the claim"`).
 """
@@ -93,7 +93,7 @@ def settings(figure: Figure, inputs: list[str]) -> list[tuple[str, float | None]
 
 
 def folder(out: Path, fig: str, name: str, value: float | None) -> Path:
-    return out / f"fig{fig}" / (name if value is None else f"{name}={value:g}")
+    return out / f"fig{fig}" / (name if value is None else f"{name}_{value:g}")   # no "=": Hydra parses the path
 
 
 def search(fig: str, name: str, value: float | None, sweep_dir: Path) -> None:

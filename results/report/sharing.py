@@ -17,7 +17,7 @@ from results.report.beams import section_beam_check, section_persistence
 from results.report.bounds import bound_note, capacity_warnings, ratio_cell
 from results.report.markdown import num, pct, table
 from results.report.paper import paper, sharing_before
-from results.report.plots import plot_latency_distributions, runs_at_rate
+from results.report.distribution_plots import plot_latency_distributions, runs_at_rate
 from results.report.read import load, load_aggregate, load_capacity
 from results.report.section import NotRun, Section, experiment_not_run
 from results.report.sharing_plots import (plot_beam, plot_chat, plot_prefix, plot_sampling, plot_sharegpt_saving,
@@ -35,8 +35,9 @@ LIMIT_WORDS = {"memory": "memory", "max_num_seqs": "row cap", "token_budget": "t
 
 def binding_limit(runs: pd.DataFrame) -> str:
     """Which limit kept waiting requests out in the runs at capacity (mean over seeds of each limit's share of the
-    steady window's iterations with a queue), with the KV left free: "row cap 97%, KV 45% free"; "n/a" for a
-    capacity table written before these were recorded."""
+    steady window's iterations with a queue), with the KV left free and the preemptions (mean over seeds): "row
+    cap 97%, KV 45% free"; "n/a" for a capacity table written before these were recorded. The shares need not
+    add to 100%: while preempted (swapped) groups wait to come back, they go first and no limit is named."""
     columns = [f"blocked_by_{limit}_at_capacity" for limit in LIMIT_WORDS]
     if not len(runs) or any(c not in runs for c in columns) or runs[columns].isna().all().all():
         return "n/a"
@@ -46,7 +47,9 @@ def binding_limit(runs: pd.DataFrame) -> str:
         return "none (no queue)"
     limit = top.removeprefix("blocked_by_").removesuffix("_at_capacity")
     free = runs["mem_free_at_capacity"].mean() if "mem_free_at_capacity" in runs else float("nan")
-    return f"{LIMIT_WORDS[limit]} {100 * shares[top]:.0f}%, KV {pct(free)}% free"
+    text = f"{LIMIT_WORDS[limit]} {100 * shares[top]:.0f}%, KV {pct(free)}% free"
+    preempted = runs["preemptions_at_capacity"].mean() if "preemptions_at_capacity" in runs else float("nan")
+    return text + (f", {preempted:,.0f} preemptions" if preempted > 0 else "")
 
 
 def capacity_rows(cap: pd.DataFrame, criterion: str, paper_saving: dict | None = None) -> list[list[str]]:
@@ -124,7 +127,8 @@ def raised_cap(experiments: Path, name: str, label: str, header: list[str], sect
         return ""
     section.warnings += capacity_warnings(cap, experiments / folder)
     return (f"With the row cap raised from 256 to {SEQ_CAP} sequences (`{command}`), the limit that binds the "
-            "paged engine and the ratios become:\n\n" + table(header, capacity_rows(cap, "latency")) + "\n")
+            "paged engine and the ratios become as below. Where a limit's share is small, the other waiting "
+            "iterations waited for swapped groups to come back first: memory binds, through preemption.\n\n" + table(header, capacity_rows(cap, "latency")) + "\n")
 
 
 def section_sampling(experiments: Path, figures: Path | None = None) -> Section:

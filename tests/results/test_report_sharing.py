@@ -136,3 +136,10 @@ def test_a_capacity_that_is_only_a_bound_is_named_one(tmp_path):
     assert "sampling/capacity.csv" in warning and "4 of 16 curves is only a bound" in warning
     assert "paged alpaca_synthetic_n2 seed 0 latency<=0.2s/tok: lower bound 1000 req/s (max_rate)" in warning
     assert "orca-max alpaca_synthetic_n4 seed 0 goodput>=90%: upper bound 0.01 req/s (min_rate)" in warning
+
+
+def test_the_binding_limit_names_the_preemptions_behind_a_small_share():
+    runs = pd.DataFrame([{"blocked_by_memory_at_capacity": 0.07, "blocked_by_max_num_seqs_at_capacity": 0.0,
+                          "blocked_by_token_budget_at_capacity": 0.0, "mem_free_at_capacity": 0.024,
+                          "preemptions_at_capacity": p} for p in (1000, 1500)])
+    assert rs.binding_limit(runs) == "memory 7%, KV 2.4% free, 1,250 preemptions"

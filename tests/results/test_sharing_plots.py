@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from results.report import plots, sharing_plots
-from results.report.plots import (latency_distribution_figure, latency_figure, plot_batch_size, plot_block_size,
-                                  plot_latency_distributions, plot_latency_vs_rate, plot_memory_waste, runs_at_rate,
-                                  shared_rates)
+from results.report import distribution_plots, plots, sharing_plots
+from results.report.distribution_plots import (latency_distribution_figure, plot_latency_distributions,
+                                               runs_at_rate, shared_rates)
+from results.report.plots import latency_figure, plot_batch_size, plot_block_size, plot_latency_vs_rate, plot_memory_waste
 from results.report.sharing_plots import (capacity_figure, oracle_ratio, plot_beam, plot_chat, plot_prefix,
                                           plot_sampling, plot_sharegpt_saving, plot_swap_block_size, plot_swap_cost,
                                           setting, seed_spread, swap_block_size_figure)
@@ -62,6 +62,7 @@ def drawn(monkeypatch):
         return save(fig, path)
     monkeypatch.setattr(plots, "save_figure", keep)
     monkeypatch.setattr(sharing_plots, "save_figure", keep)
+    monkeypatch.setattr(distribution_plots, "save_figure", keep)
     return figures
 
 
