@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from engines.sim.build import SimBackendConfig
 from results.report.markdown import num, pct, table
 from results.report.paper import paper
 from results.report.section import NotRun, Section, shown
@@ -18,13 +19,13 @@ def section_persistence(path: Path) -> Section:
         return Section(not_run=[NotRun("Beam persistence calibrated to the paper's savings (Figure 15)", command,
                                        path.parent)])
     t = pd.read_csv(path)
-    table = t.groupby(["persistence", "width"])["saving"].mean().unstack("width")
-    target = {w: paper().saving_alpaca.get(f"beam{w}") for w in table.columns}
-    error = sum((table[w] - v) ** 2 for w, v in target.items() if v is not None)
-    best = error.idxmin()
-    rows = [[f"{p:g}" + (" (chosen)" if p == best else "")] + [num(table.loc[p, w], ".1f") for w in table.columns]
-            for p in table.index]
-    rows.append(["paper"] + [num(target[w], ".1f") for w in table.columns])
+    savings = t.groupby(["persistence", "width"])["saving"].mean().unstack("width")
+    target = {w: paper().saving_alpaca.get(f"beam{w}") for w in savings.columns}
+    error = sum((savings[w] - v) ** 2 for w, v in target.items() if v is not None)
+    best, preset = error.idxmin(), SimBackendConfig().beam_persistence
+    rows = [[f"{p:g}" + (" (best fit)" if p == best else "") + (" (preset)" if p == preset else "")]
+            + [num(savings.loc[p, w], ".1f") for w in savings.columns] for p in savings.index]
+    rows.append(["paper"] + [num(target[w], ".1f") for w in savings.columns])
     rates = " and ".join(f"{r:g}" for r in sorted(t["rate"].unique()))
     head = ("**Beam persistence**, an assumption calibrated by `" + command + "`: no trained model's beams can be "
             "had offline, so persistence is set where the paged engine's Alpaca savings (10-minute Poisson traces "
@@ -32,7 +33,7 @@ def section_persistence(path: Path) -> Section:
             "widths). The savings are then an input of Figure 15, not a result; its capacity ratios are what it "
             "tests. Without persistence (0, the previous revision) lineages merge within a few steps and the "
             "savings run 10-15 points above the paper's.\n\n")
-    return Section(head + table(["persistence", *[f"saving % at width {w}" for w in table.columns]], rows) + "\n",
+    return Section(head + table(["persistence", *[f"saving % at width {w}" for w in savings.columns]], rows) + "\n",
                    has_runs=True)
 
 
