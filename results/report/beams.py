@@ -44,7 +44,7 @@ def section_beam_check(path: Path) -> Section:
             "probability proportional to decay^r (`engines/sim/beam_model.py`), after the new beam first continues "
             "its own rank's lineage with probability `persistence`. The check fits the decay to the real search's "
             "ranks with persistence 0 (this model's beams are drawn afresh each step); the experiments above use "
-            "decay 1 and persistence 0.95 (below).\n\n")
+            "decay 1 and persistence 0.95 (calibrated above).\n\n")
     if not path.is_file():
         return Section(not_run=[NotRun("The sim's beam model against the real beam search (Figures 14-15)",
                                        f"python -m studies.beam_check --out {shown(path.parent)}", path.parent)])

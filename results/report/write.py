@@ -147,7 +147,9 @@ def sections_by_heading(text: str) -> list[str]:
 
 def replace_sections(old: str, new: str, prefixes: list[str]) -> str:
     """`old` with each `## ` section whose heading starts with one of `prefixes` replaced by `new`'s section of
-    that heading, everything else kept as it was; ValueError when either text lacks exactly one such section."""
+    that heading, everything else kept as it was; a section `old` lacks is inserted after the section it follows
+    in `new` (at the end if that one is missing too). ValueError when `new` lacks exactly one such section or
+    `old` has several."""
     blocks, fresh = sections_by_heading(old), sections_by_heading(new)
     for prefix in prefixes:
         here = [i for i, b in enumerate(blocks) if b.startswith("## " + prefix)]
@@ -155,6 +157,13 @@ def replace_sections(old: str, new: str, prefixes: list[str]) -> str:
         if len(there) != 1:
             raise ValueError(f"no section of this composition starts with '## {prefix}' (its runs are missing, or "
                              "the heading differs); nothing written")
+        if not here:   # a section the report does not have yet: after the one it follows in the composition
+            before = fresh[fresh.index(there[0]) - 1].split("\n", 1)[0] if fresh.index(there[0]) > 0 else None
+            at = next((i + 1 for i, b in enumerate(blocks) if before and b.split("\n", 1)[0] == before), len(blocks))
+            if at and not blocks[at - 1].endswith("\n\n"):
+                blocks[at - 1] = blocks[at - 1].rstrip("\n") + "\n\n"
+            blocks.insert(at, there[0].rstrip("\n") + "\n\n")
+            continue
         if len(here) != 1:
             raise ValueError(f"the report to update has {len(here)} sections starting with '## {prefix}', not one; "
                              "nothing written")

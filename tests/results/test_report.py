@@ -148,5 +148,9 @@ def test_only_replaces_the_named_section_and_keeps_every_other_as_shipped(tmp_pa
     assert replace_sections(old, new, ["B"]) == "# R\n\nintro\n\n## A\n\nold a\n\n## B: sim\n\nnew b, from runs\n\n## C\n\nold c\n"
     with pytest.raises(ValueError, match="no section of this composition starts with '## A'"):
         replace_sections(old, new, ["A"])
-    with pytest.raises(ValueError, match="has 0 sections starting with '## D'"):
-        replace_sections(old, "## D\n\nd\n", ["D"])
+    # A section the report lacks goes after the one it follows in the composition (or at the end).
+    assert replace_sections(old, "## A\n\nnew a\n\n## D\n\nd\n", ["D"]) == (
+        "# R\n\nintro\n\n## A\n\nold a\n\n## D\n\nd\n\n## B: sim\n\nold b\n\n## C\n\nold c\n")
+    assert replace_sections(old, "## D\n\nd\n", ["D"]).endswith("## C\n\nold c\n\n## D\n\nd\n\n")
+    with pytest.raises(ValueError, match="has 2 sections starting with '## A'"):
+        replace_sections(old + "## A\n\nagain\n", "## A\n\nnew a\n", ["A"])
