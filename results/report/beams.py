@@ -32,7 +32,7 @@ def section_persistence(path: Path) -> Section:
             f"at {rates} req/s, mean of the two; steady window) come closest to the paper's (least squares over "
             "widths). The savings are then an input of Figure 15, not a result; its capacity ratios are what it "
             "tests. Without persistence (0, the previous revision) lineages merge within a few steps and the "
-            "savings run 10-15 points above the paper's.\n\n")
+            "savings run 5-15 points above the paper's.\n\n")
     return Section(head + table(["persistence", *[f"saving % at width {w}" for w in savings.columns]], rows) + "\n",
                    has_runs=True)
 
