@@ -110,6 +110,18 @@ def plan(model: str, tokens: int, device: str, block_sizes=BLOCK_SIZES) -> StepP
         note=f"pinned host {gib(blocks)} GiB; the recompute's weights, KV and activations are freed before the blocks")
 
 
+def recompute_setup(backend: RealBackendConfig, spec, loaded, tokens: int):
+    """A paged engine over the loaded model with room for one `tokens`-token prompt, that prompt admitted, and
+    the batch that prefills it: (setup, sequence, batch). Executing the batch is one recomputation."""
+    backend.kv_budget_mib = (tokens + RECOMPUTE_SPARE_SLOTS) * loaded.bytes_per_slot / 2**20
+    limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max(tokens, spec.max_seq_len))
+    setup = build_real(backend, spec, EngineConfig(name="paged", block_size=16, watermark=0.0, swap_space=0),
+                       limits, loaded=loaded)
+    seq = Sequence(Request(0, 0.0, tuple(range(1, tokens + 1)), output_len=2))
+    setup.scheduler.kv.try_admit(seq)
+    return setup, seq, Batch(prefill=[seq], prefill_lens=[tokens])
+
+
 def recompute_s(model_name: str, tokens: int, device: torch.device, dtype: torch.dtype, repeats: int) -> float:
     """Seconds of one prefill of `tokens` tokens through the real model: what recomputation costs."""
     spec = load_model(model_name)
@@ -121,13 +133,7 @@ def recompute_s(model_name: str, tokens: int, device: torch.device, dtype: torch
         raise ValueError(f"the recompute of {tokens} tokens needs {gib(kv)} GiB of KV cache and {gib(activations)} "
                          f"GiB of activations but {device} has {gib(free)} GiB free after loading {spec.name} "
                          f"(a study fills {FREE_FRACTION:.0%} of it); pass fewer --tokens")
-    backend.kv_budget_mib = (tokens + RECOMPUTE_SPARE_SLOTS) * loaded.bytes_per_slot / 2**20
-    limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max(tokens, spec.max_seq_len))
-    setup = build_real(backend, spec, EngineConfig(name="paged", block_size=16, watermark=0.0, swap_space=0),
-                       limits, loaded=loaded)
-    seq = Sequence(Request(0, 0.0, tuple(range(1, tokens + 1)), output_len=2))
-    setup.scheduler.kv.try_admit(seq)
-    batch = Batch(prefill=[seq], prefill_lens=[tokens])
+    setup, seq, batch = recompute_setup(backend, spec, loaded, tokens)
 
     def run() -> None:
         setup.executor.execute(batch)

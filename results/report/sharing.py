@@ -126,9 +126,15 @@ def raised_cap(experiments: Path, name: str, label: str, header: list[str], sect
         section.not_run.append(NotRun(f"{label} with the row cap raised to {SEQ_CAP}", command, experiments / folder))
         return ""
     section.warnings += capacity_warnings(cap, experiments / folder)
+    slots = [load_aggregate(experiments, n) for n in (name, folder)]
+    slots = [sorted(a["kv_budget_slots"].dropna().unique()) if a is not None and "kv_budget_slots" in a else []
+             for a in slots]
+    budgets = (f"; the activation reserve grows with it, so the KV budget goes from {slots[0][0]:,.0f} to "
+               f"{slots[1][0]:,.0f} slots" if all(len(x) == 1 for x in slots) and slots[0] != slots[1] else "")
     return (f"With the row cap raised from 256 to {SEQ_CAP} sequences (`{command}`), the limit that binds the "
-            "paged engine and the ratios become as below. Where a limit's share is small, the other waiting "
-            "iterations waited for swapped groups to come back first: memory binds, through preemption.\n\n" + table(header, capacity_rows(cap, "latency")) + "\n")
+            f"paged engine and the ratios become as below (every engine runs with the raised cap{budgets}). Where "
+            "a limit's share is small, the other waiting iterations waited for swapped groups to come back first: "
+            "memory binds, through preemption.\n\n" + table(header, capacity_rows(cap, "latency")) + "\n")
 
 
 def section_sampling(experiments: Path, figures: Path | None = None) -> Section:

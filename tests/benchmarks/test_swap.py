@@ -19,15 +19,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.batch import Batch
-from engines.config import EngineConfig, SchedulerLimits
-from engines.real.build import RealBackendConfig, build_real, load_real_model
+from engines.real.build import RealBackendConfig, load_real_model
 from engines.real.model import resolve_device, resolve_dtype
 from engines.real.swap import allocate_host_blocks, swap_blocks
-from engines.sequence import Sequence
 from engines.specs.presets import load_model
-from studies.swap_bench import BLOCK_SIZES, RECOMPUTE_SPARE_SLOTS
-from workloads.request import Request
+from studies.swap_bench import BLOCK_SIZES, recompute_setup
 
 MODEL, TOKENS = "tiny", 512
 ROUNDS, WARMUP_ROUNDS = 20, 2     # a swap: 1-20 ms on a cpu
@@ -75,13 +71,7 @@ def test_recompute(benchmark):
     spec = load_model(MODEL)
     backend = RealBackendConfig(device=str(DEVICE), dtype=str(DTYPE).removeprefix("torch."))
     loaded = load_real_model(backend, spec)
-    backend.kv_budget_mib = (TOKENS + RECOMPUTE_SPARE_SLOTS) * loaded.bytes_per_slot / 2**20
-    limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max(TOKENS, spec.max_seq_len))
-    setup = build_real(backend, spec, EngineConfig(name="paged", block_size=16, watermark=0.0, swap_space=0),
-                       limits, loaded=loaded)
-    seq = Sequence(Request(0, 0.0, tuple(range(1, TOKENS + 1)), output_len=2))
-    setup.scheduler.kv.try_admit(seq)
-    batch = Batch(prefill=[seq], prefill_lens=[TOKENS])
+    setup, seq, batch = recompute_setup(backend, spec, loaded, TOKENS)
     benchmark.group = GROUP
 
     def recompute() -> int:
