@@ -35,9 +35,9 @@ import yaml
 
 from paths import CONF
 from results.record.store import SUMMARY, TABLES, read_summary
-from results.record.wandb_logger import (CLOCK, LoggerConfig, active_config, bucket_starts, close_failed,
-                                         run_name, said_where, series_points, series_row, start_wandb,
-                                         sweep_group, warn_failed)
+from results.record.wandb_logger import (LoggerConfig, active_config, close_failed, run_name, said_where,
+                                         start_wandb, sweep_group, warn_failed)
+from results.record.wandb_series import CLOCK, bucket_starts, series_points, series_row
 
 log = logging.getLogger("pagedbench")
 WANDB_DIR = "wandb"                  # where a run's wandb runs go (`logger.dir: null`)

@@ -14,7 +14,8 @@ import pytest
 
 from results.record import wandb_backfill
 from results.record.wandb_backfill import latency_table, main, run_group
-from results.record.wandb_logger import CLOCK, run_name, sweep_group
+from results.record.wandb_logger import run_name, sweep_group
+from results.record.wandb_series import CLOCK
 import run as entry
 from paths import ROOT
 from tests.results.test_wandb_live import SIM, by_kind, history, offline  # noqa: F401  (a fixture)

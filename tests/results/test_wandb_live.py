@@ -16,8 +16,8 @@ import pytest
 from engines.kv.memory_split import CATEGORIES
 from engines.loop import IterationRow, run_engine
 from results.record.frames import iterations_frame
-from results.record.wandb_logger import (CLOCK, LiveRun, LiveSeries, LoggerConfig, WandbRun, run_name,
-                                         series_points, series_row)
+from results.record.wandb_logger import LiveRun, LoggerConfig, WandbRun, run_name
+from results.record.wandb_series import CLOCK, LiveSeries, series_points, series_row
 import run as entry
 from paths import ROOT
 from tests.results.test_wandb_logger import finished_records
