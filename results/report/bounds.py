@@ -1,12 +1,13 @@
-"""How the report writes a capacity or a ratio that may be only a bound ("6, lower bound"), and the one warning
-line of a capacity table some of whose capacities are."""
+"""How the report writes a capacity or a ratio that may be only a bound ("6, lower bound"), the one warning
+line of a capacity table some of whose capacities are, and a section part read from such a table."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pandas as pd
 
-from results.report.section import shown
+from results.report.read import load_capacity
+from results.report.section import Section, experiment_not_run, shown
 from results.sweeps.capacity import BOUND_WORDS, CAPACITY_CSV, bound_warning
 
 
@@ -30,3 +31,15 @@ def ratio_cell(per_seed: pd.Series) -> str:
         return "n/a"
     text = f"{per_seed.mean():.2f}x"
     return text + (f" ({per_seed.min():.2f}-{per_seed.max():.2f})" if len(per_seed) > 1 else "")
+
+
+def capacity_part(experiments: Path, name: str, part: str, section: Section) -> pd.DataFrame | None:
+    """The capacity table of experiment NAME for one part of `section`: without runs None, and the part named
+    as not run; else the table, `section` marked as having runs and given the table's bound warning."""
+    cap = load_capacity(experiments, name)
+    if cap is None:
+        section.not_run.append(experiment_not_run(part, name, experiments))
+        return None
+    section.has_runs = True
+    section.warnings += capacity_warnings(cap, experiments / name)
+    return cap

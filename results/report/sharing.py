@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from results.report.beams import section_beam_check, section_persistence
-from results.report.bounds import bound_note, capacity_warnings, ratio_cell
+from results.report.bounds import bound_note, capacity_part, capacity_warnings, ratio_cell
 from results.report.markdown import num, pct, table
 from results.report.paper import paper, sharing_before
 from results.report.distribution_plots import plot_latency_distributions, runs_at_rate
@@ -154,13 +154,10 @@ def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
     header = ["setting", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
               "paged's binding limit", "paper saving %", f"before ({sharing_before().commit}): paged/oracle, saving %"]
     for name, label in (("sampling", "Parallel sampling"), ("beam", "Beam search")):
-        cap = load_capacity(experiments, name)
-        command = f"`python run.py -m experiment={name}` (`python -m results.sweeps.capacity outputs/experiments/{name}`)"
+        cap = capacity_part(experiments, name, f"{label} (Figures 14-15)", section)
         if cap is None:
-            section.not_run.append(experiment_not_run(f"{label} (Figures 14-15)", name, experiments))
             continue
-        section.has_runs = True
-        section.warnings += capacity_warnings(cap, experiments / name)
+        command = f"`python run.py -m experiment={name}` (`python -m results.sweeps.capacity outputs/experiments/{name}`)"
         rows = [r + [before_cell(name, r[0])] for r in capacity_rows(cap, "latency", paper().saving_alpaca)]
         parts.append(f"**{label}**, {command}, capacity in req/s:\n\n" + table(header, rows) + "\n"
                      + figure_link(figures, name, plot_sampling if name == "sampling" else plot_beam, cap))
@@ -180,12 +177,8 @@ def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
     parts.append("The paper: parallel sampling saves 6.1-9.8% of KV memory on Alpaca and 16.2-30.5% on "
                  "ShareGPT; beam search 37.6-55.2% and 44.3-66.3%; the throughput gain over Orca (Oracle) grows "
                  "from 1.3x (basic sampling) to 2.3x (beam width 6).\n")
-    saving = load_capacity(experiments, "saving")
-    if saving is None:
-        section.not_run.append(experiment_not_run("ShareGPT memory saving (Figures 14-15)", "saving", experiments))
-    else:
-        section.has_runs = True
-        section.warnings += capacity_warnings(saving, experiments / "saving")
+    saving = capacity_part(experiments, "saving", "ShareGPT memory saving (Figures 14-15)", section)
+    if saving is not None:
         rows = []
         for workload, g in saving[saving["criterion"].str.startswith("latency")].groupby("workload", sort=False):
             key = setting(workload)

@@ -9,10 +9,10 @@ import pandas as pd
 
 from engines.sim.swap_cost import swap_costs
 from engines.specs.presets import load_hardware, load_model
-from results.report.bounds import bound_note, capacity_warnings, ratio_cell
+from results.report.bounds import bound_note, capacity_part, ratio_cell
 from results.report.markdown import num, table
 from results.report.paper import sharing_before
-from results.report.read import load_aggregate, load_capacity
+from results.report.read import load_aggregate
 from results.report.sharing_plots import plot_swap_block_size, plot_swap_cost
 from results.report.section import NotRun, Section, experiment_not_run, shown
 from results.sweeps.capacity import combined_bound
@@ -58,12 +58,8 @@ def section_swap(experiments: Path, swap_bench: Path, figures: Path | None = Non
                      f"in RAM, and recomputation is slow on 2 cores; fitted: "
                      f"{1e6 * meta.get('fit_host_transfer_latency_s', float('nan')):.1f} us per transfer):\n\n"
                      + table(["block size", "swap out (ms)", "swap in (ms)", "recompute (ms)"], rows) + "\n")
-    cap = load_capacity(experiments, "swap_capacity")
-    if cap is None:
-        section.not_run.append(experiment_not_run("Swapping: Figure 19b as capacities", "swap_capacity", experiments))
-    else:
-        section.has_runs = True
-        section.warnings += capacity_warnings(cap, experiments / "swap_capacity")
+    cap = capacity_part(experiments, "swap_capacity", "Swapping: Figure 19b as capacities", section)
+    if cap is not None:
         parts.append("**Figure 19b as capacities**, `python run.py -m experiment=swap_capacity` (the paged "
                      "engine's capacity at each block size and policy, mean normalized latency <= 0.2 s/token, "
                      "ShareGPT, 10-minute Poisson traces, seeds 0-2; req/s, mean (min-max)):\n\n"
