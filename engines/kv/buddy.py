@@ -17,7 +17,6 @@ class BuddyAllocator:
     def __init__(self, capacity: int):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
         self._free: dict[int, list[int]] = {}   # block size -> sorted offsets of free blocks
         self._used: dict[int, int] = {}         # offset -> block size
         self._root_sizes: list[int] = []

@@ -8,7 +8,6 @@ class FirstFitAllocator:
     def __init__(self, capacity: int):
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
-        self.capacity = capacity
         self.max_region = capacity
         self._holes: list[list[int]] = [[0, capacity]]  # sorted [start, length] of maximal free runs
         self._used: dict[int, int] = {}                 # offset -> length

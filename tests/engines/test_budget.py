@@ -219,3 +219,36 @@ def test_describe_is_one_line_with_the_numbers():
     assert "\n" not in text
     assert text.startswith("KV budget: 11.79 GiB = 15,449 token slots (800.0 KiB/token)")
     assert "weights 23.9 GiB" in text and "usable 36.0 GiB" in text
+
+
+def exact_fit(extra_bytes: int):
+    """opt-13b on a device whose memory at utilisation 1 is its weights and activations plus `extra_bytes`."""
+    m = load_model("opt-13b")
+    need = m.weight_bytes + activation_reserve_bytes(m, 2048, 256)
+    return m, dataclasses.replace(load_hardware("a100-40gb"), memory_bytes=need + extra_bytes)
+
+
+def test_the_cache_must_have_at_least_one_byte():
+    m, hw = exact_fit(0)
+    with pytest.raises(ValueError, match="no memory left for the KV cache"):
+        kv_budget(m, hw, gpu_memory_utilization=1.0)
+    m, hw = exact_fit(1)   # one byte left: a budget of no slot, returned (the engines refuse it)
+    b = kv_budget(m, hw, gpu_memory_utilization=1.0)
+    assert (b.kv_bytes, b.num_slots) == (1, 0)
+
+
+def test_the_whole_device_may_be_used():
+    m, hw = load_model("opt-13b"), load_hardware("a100-40gb")
+    assert kv_budget(m, hw, gpu_memory_utilization=1.0).total_bytes == 40 * GiB
+
+
+@pytest.mark.parametrize("key", ["max_num_batched_tokens", "max_num_seqs"])
+@pytest.mark.parametrize("value", [0, True, 1.5, 2.0])
+def test_each_limit_must_be_a_positive_integer(key, value):
+    with pytest.raises(ValueError, match=f"^{key} must be a positive integer"):
+        kv_budget(load_model("opt-13b"), load_hardware("a100-40gb"), **{key: value})
+
+
+@pytest.mark.parametrize("key", ["max_num_batched_tokens", "max_num_seqs"])
+def test_a_limit_of_one_is_allowed(key):
+    assert kv_budget(load_model("opt-13b"), load_hardware("a100-40gb"), **{key: 1}).num_slots > 0

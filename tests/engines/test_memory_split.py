@@ -24,6 +24,16 @@ def test_split_of_holdings_by_hand():
     assert split.capacity == 64
 
 
+@pytest.mark.parametrize("holding", [
+    Holding(stored=6, final=8, requested=5, taken=5),    # more stored than requested, alone
+    Holding(stored=2, final=8, requested=6, taken=5),    # more requested than taken, alone
+    Holding(stored=9, final=8, requested=10, taken=10),  # more stored than the final length, alone
+])
+def test_each_inconsistency_of_a_holding_is_refused_on_its_own(holding):
+    with pytest.raises(ValueError, match="inconsistent holding"):
+        split_memory(20, [holding], 5, 0)
+
+
 def test_split_rejects_inconsistent_holdings():
     with pytest.raises(ValueError):
         split_memory(10, [Holding(6, 8, 5, 5)], 5, 0)

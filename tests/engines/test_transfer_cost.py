@@ -26,6 +26,16 @@ def test_swap_time_is_a_fixed_cost_per_block_layer_k_and_v_plus_bytes_over_the_l
         assert TransferModel(model, hw, bs).swap_time(3) == pytest.approx(3 * per_block)
 
 
+def test_with_tensor_parallelism_each_device_moves_its_share():
+    model, hw = load_model("opt-66b"), load_hardware("a100-40gb")   # tp = 4
+    assert model.tp == 4
+    share = model.kv_bytes_per_token / 4
+    t = TransferModel(model, hw, 16)
+    assert t.copy_time(1000) == pytest.approx(2 * 1000 * share / hw.effective_bandwidth)
+    per_block = 2 * model.num_layers * hw.host_transfer_latency_s + 16 * share / hw.host_link_bandwidth
+    assert t.swap_time(2) == pytest.approx(2 * per_block)
+
+
 def test_a_preset_without_a_host_link_refuses_to_time_a_swap():
     model = load_model("opt-13b")
     hw = dataclasses.replace(load_hardware("a100-40gb"), host_link_bandwidth=0.0)
