@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from engines.config import EngineConfig, SchedulerLimits
 from engines.loop import run_engine
+from engines.peers.replay import PEER_BACKENDS, PeerUnavailable, peer_config, replay_peer
 from engines.protocols import Backend
 from engines.sim.build import SimBackendConfig, build_sim
 from engines.specs.hardware import HardwareSpec
@@ -36,7 +37,7 @@ from workloads import WorkloadConfig, build_workload, format_stats, trace_stats
 
 log = logging.getLogger("pagedbench")
 register_resolvers()
-BACKENDS = ("sim", "real")
+BACKENDS = ("sim", "real", *PEER_BACKENDS)
 
 
 def bad_group_choice(argv: list[str]) -> str | None:
@@ -73,7 +74,7 @@ class RunConfig:
     model: ModelSpec
     limits: SchedulerLimits
     measure: MeasureConfig
-    backend: object              # SimBackendConfig or RealBackendConfig
+    backend: object              # SimBackendConfig, RealBackendConfig or a peer's config
     hardware: HardwareSpec | None   # the sim's device
 
     @classmethod
@@ -93,6 +94,8 @@ class RunConfig:
             raise ValueError("stop_at_last_arrival=true stops at the last arrival, which an offline trace (every "
                              "request at t = 0) reaches before any request finishes; use it with "
                              "workload.arrival=poisson or gamma")
+        if cfg.backend.name in PEER_BACKENDS:
+            return cls(engine, workload, model, limits, measure, peer_config(plain(cfg.backend)), None)
         if cfg.backend.name == "sim":
             return cls(engine, workload, model, limits, measure, SimBackendConfig.from_dict(plain(cfg.backend)),
                        HardwareSpec.from_dict(plain(cfg.hardware)))
@@ -117,7 +120,11 @@ SAMPLING_NEEDS_TEMPERATURE = ("parallel sampling (workload.n > 1) on the real ba
 
 
 class RunFailed(Exception):
-    """The run ended but produced no result to summarise."""
+    """The run ended but produced no result to summarise (or, `detail`, one that cannot be trusted)."""
+
+    def __init__(self, message: str, detail: dict | None = None):
+        super().__init__(message)
+        self.detail = detail or {}
 
 
 def run(cfg: DictConfig, run_dir: Path, metadata: dict | None = None) -> dict:
@@ -134,6 +141,8 @@ def run(cfg: DictConfig, run_dir: Path, metadata: dict | None = None) -> dict:
         raise ValueError(SAMPLING_NEEDS_TEMPERATURE)
     stats = trace_stats(requests)
     log.info("%s", format_stats(stats, workload.label))
+    if cfg.backend.name in PEER_BACKENDS:
+        return run_peer(cfg, rc, run_dir, metadata, requests, stats)
     backend = rc.build_backend(cfg.gpu_memory_utilization)
     log.info("%s", backend.describe())
     log.info("engine %s: %s", engine.label, backend.scheduler.kv.describe())
@@ -169,6 +178,33 @@ def run(cfg: DictConfig, run_dir: Path, metadata: dict | None = None) -> dict:
             live.end(reqs, {k: v for k, v in summary.items() if k != "metadata"})
     title = (f"{engine.label} | {workload.label} x{len(requests)} | {model.name} on {backend.where} | "
              f"{cfg.backend.name} | {record.wall_s:.1f}s wall")
+    log.info("\n%s\nresults: %s", format_summary(summary, title), run_dir)
+    return summary
+
+
+def run_peer(cfg: DictConfig, rc: RunConfig, run_dir: Path, metadata: dict, requests: list, stats: dict) -> dict:
+    """A peer (transformers' engine in process, or an endpoint) replays the trace; the same tables and summary."""
+    peer = replay_peer(requests, rc.backend, rc.model, cfg.progress)
+    iterations, reqs = iterations_frame(peer.record), requests_frame(peer.record)
+    if peer.failures:
+        log.warning("%d of %d requests failed, e.g. %s", len(peer.failures), len(reqs), peer.failures[0])
+    if not (reqs["status"] == "finished").any():
+        save_tables(run_dir, iterations, reqs, metadata)
+        raise RunFailed(f"no request finished on {peer.label}: "
+                        f"{peer.failures[0] if peer.failures else 'none came back'}",
+                        {"kind": "requests failed", "failures": peer.failures})
+    setting = RunSetting(rc.engine, rc.workload, rc.model.name, cfg.backend.name, peer.fields, 1, stats,
+                         cfg.get("experiment_name"), bool(cfg.stop_at_last_arrival), peer=peer.label)
+    summary = build_summary(setting, iterations, reqs, peer.record.wall_s, rc.measure.warmup_fraction,
+                            rc.measure.slo, peer.after_run, percentiles=rc.measure.percentiles)
+    summary["metadata"] = metadata
+    if peer.failures:   # not a result: kept in error.json (with the tables), so the next run is not skipped
+        save_tables(run_dir, iterations, reqs, metadata)
+        raise RunFailed(f"{len(peer.failures)} of {len(reqs)} requests failed on {peer.label}, e.g. "
+                        f"{peer.failures[0]}", {"kind": "requests failed", "failures": peer.failures,
+                                                "partial_summary": summary})
+    save_run(run_dir, iterations, reqs, summary, rc.measure.vllm_detailed)
+    title = f"{peer.label} | {rc.workload.label} x{len(requests)} | {cfg.backend.name} | {peer.record.wall_s:.1f}s wall"
     log.info("\n%s\nresults: %s", format_summary(summary, title), run_dir)
     return summary
 
@@ -216,8 +252,8 @@ def main(cfg: DictConfig) -> dict | None:
         failed(str(err), run_dir, 2)
     except ValueError as err:            # a bad value in the config or the data: one line, no stack trace
         failed(str(err), run_dir, 2, {"kind": "config"})
-    except RunFailed as err:
-        failed(str(err), run_dir, 1, {"kind": "no result"})
+    except (RunFailed, PeerUnavailable) as err:
+        failed(str(err), run_dir, 1, {"kind": "no result", **getattr(err, "detail", {})})
     except Exception as err:             # whatever else raised mid-run: its message, and where, in error.json
         failed(f"{type(err).__name__}: {err}", run_dir, 1, {"kind": type(err).__name__,
                                                            "traceback": traceback.format_exc()})

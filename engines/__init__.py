@@ -9,12 +9,17 @@ configs), `build` (config name -> scheduler over its KV manager) and `loop`
 The subpackages are `specs/` (model and hardware descriptions, presets), `kv/` (allocators, KV
 managers, the memory split, the budget), `scheduling/` (admission and the
 schedulers), `sim/` (the simulated backend: cost model and virtual-clock
-executor) and `real/` (the real backend: a transformers model on the
-engine's KV layout); each backend has one typed config and one builder
-(`sim/build.py`, `real/build.py`). Imports point down that list: `specs`
+executor), `real/` (the real backend: a transformers model on the
+engine's KV layout), `serving/` (our engines behind an OpenAI-compatible
+HTTP server, an online engine loop over the real backend) and `peers/`
+(engines not ours, measured on the same trace: transformers' continuous
+batching in process, any OpenAI-compatible endpoint over HTTP); each
+backend has one typed config and one builder (`sim/build.py`,
+`real/build.py`, `peers/replay.py`). Imports point down that list: `specs`
 and `kv` import
 nothing of `scheduling`, `sim` or `real`; `scheduling` imports `kv`; the two
-backends import what they execute but never each other. From outside the
+backends import what they execute but never each other. `serving` and `peers` sit on top:
+they may import the loop, `real` and `workloads.tokenizer`. From outside the
 package, engines may import `workloads.request` (the Request type),
 `paths` (where the presets live) and `kernels` (from `real/` only), nothing
 of `results` or `studies`.

@@ -21,6 +21,7 @@ class Status(str, Enum):
     SWAPPED = "swapped"     # preempted with its KV blocks moved to the CPU pool
     FINISHED = "finished"
     REJECTED = "rejected"
+    FAILED = "failed"       # a peer's request that errored (refused, error response, timeout, cut stream)
 
 
 @dataclass(slots=True, eq=False)

@@ -276,6 +276,16 @@ def itls(gaps: TokenGaps | None, mask: pd.Series) -> np.ndarray:
     return gaps.pooled(mask.to_numpy()) if gaps is not None else np.empty(0)
 
 
+def window_tokens(iterations: pd.DataFrame, inside: pd.DataFrame, requests: pd.DataFrame, start: float,
+                  end: float) -> int:
+    """Output tokens of the window: its iterations' rows; for a peer's run (no iteration rows), the streamed
+    tokens whose time falls in [start, end), every row of a group counted."""
+    if len(iterations) or "token_times_s" not in requests:
+        return int(inside["batch_rows" if "batch_rows" in inside else "batch_size"].sum())
+    return int(sum(w * sum(start <= t < end for t in times)
+                   for times, w in zip(requests["token_times_s"], requests["width"])))
+
+
 def steady(iterations: pd.DataFrame, requests: pd.DataFrame, lat: pd.DataFrame, gaps: TokenGaps | None,
            met: pd.Series, warmup_fraction: float, percentiles: tuple[float, ...]) -> dict:
     """The `steady_*` figures over the window (NaN when the window is empty). `lat`, `gaps`, `met`: the
@@ -291,7 +301,7 @@ def steady(iterations: pd.DataFrame, requests: pd.DataFrame, lat: pd.DataFrame, 
     out.update({
         "steady_num_requests": int(arrived.sum()),
         "steady_requests_per_s": per_s(int(finished_in.sum())),
-        "steady_output_tokens_per_s": per_s(int(inside["batch_rows" if "batch_rows" in inside else "batch_size"].sum())),
+        "steady_output_tokens_per_s": per_s(window_tokens(iterations, inside, requests, start, end)),
         "steady_memory_saving": memory_saving(inside) if length > 0 else math.nan,
         "steady_mean_batch_size": batch_size(inside) if length > 0 else math.nan,
         **{k: (v if length > 0 else math.nan) for k, v in memory_split(inside, "steady_mem").items()},
@@ -327,6 +337,7 @@ def summarize(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction:
         "num_requests": int(len(requests)),
         "num_finished": int(len(done)),
         "num_rejected": int((requests["status"] == "rejected").sum()),
+        "num_failed": int((requests["status"] == "failed").sum()),
         "makespan_s": makespan,
         "requests_per_s": rate(len(done)),
         "output_tokens_per_s": rate(output_tokens(done)),
@@ -335,7 +346,7 @@ def summarize(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction:
         "num_preemptions": int(iterations["preempted"].sum()) if len(iterations) else 0,
         "kv_capacity_slots": int(iterations["capacity_slots"].iloc[0]) if len(iterations) else 0,
         "mean_batch_size": batch_size(iterations),
-        "max_batch_size": int(iterations["batch_size"].max()) if len(iterations) else 0,
+        "max_batch_size": int(iterations["batch_size"].max()) if len(iterations) else None,   # None: a peer's
         "memory_saving": memory_saving(iterations),
     }
     if "swapped_out" in iterations:
@@ -371,6 +382,7 @@ class RunSetting:
     trace: dict                  # workloads.trace_stats of the trace
     experiment: str | None
     stop_at_last_arrival: bool
+    peer: str | None = None      # a peer's label (backend=transformers / http): the summary's engine
 
 
 def build_summary(setting: RunSetting, iterations: pd.DataFrame, requests: pd.DataFrame, wall_s: float,
@@ -382,9 +394,9 @@ def build_summary(setting: RunSetting, iterations: pd.DataFrame, requests: pd.Da
     inside the model forward and the machine's load). `slo_<bound>` keys are null for an unset bound.
     """
     engine, workload = setting.engine, setting.workload
-    paged = engine.name == "paged"
+    paged = engine.name == "paged" and setting.peer is None
     return {
-        "engine": engine.label, "block_size": engine.block_size if paged else None,
+        "engine": setting.peer or engine.label, "block_size": engine.block_size if paged else None,
         "preemption": engine.preemption if paged else None, "width": setting.width,
         "workload": workload.label, "model": setting.model, "backend": setting.backend, **setting.backend_fields,
         "arrival": workload.arrival, "request_rate": workload.request_rate, "burstiness": workload.burstiness,

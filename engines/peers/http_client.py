@@ -1,0 +1,239 @@
+"""Replay a trace against any OpenAI-compatible server (vLLM, `transformers serve`, ours) and time every token.
+
+`server_info` probes the server first (GET /v1/models: is it up, what does it
+serve, what does its `Server` header say) and raises `EndpointUnreachable`,
+one line, when it cannot be reached at all. `replay_http` then releases each
+request at its trace arrival on the replay's clock, sends it from a thread of
+its own (at most `max_concurrency` in flight, the rest waiting client-side),
+streams the answer and stamps each chunk that carries output. Whatever goes
+wrong with one request (refused, an error status, a read timeout, a stream
+cut short, an error event) becomes that request's `Measured.error`; the
+replay itself never hangs and never raises for it. Standard library only.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+import http.client
+import json
+import socket
+import ssl
+import threading
+import time
+from urllib.parse import urlsplit
+
+from tqdm import tqdm
+
+from engines.peers.http_config import ENDPOINTS, HttpBackendConfig
+from engines.peers.sse import DONE, one_line, parse_chunk, read_data, response_lines
+from engines.peers.timeline import Measured
+from workloads.request import Request
+from workloads.tokenizer import BpeTokenizer, HfTokenizer, load_tokenizer
+
+__all__ = ["EndpointUnreachable", "HttpBackendConfig", "replay_http", "server_info"]
+
+HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": "pagedbench"}
+ERROR_BODY_BYTES = 4096     # read of a non-2xx body, of which the error keeps the first 200 characters
+
+
+class EndpointUnreachable(Exception):
+    """The server cannot be reached at all (or names no model to use); the message is one line."""
+
+
+def server_info(cfg: HttpBackendConfig) -> dict:
+    """What the server says about itself: {"url", "server" (its Server header), "models" (ids), "model" (the one
+    the replay uses: cfg.model, else the first listed)}. Raises EndpointUnreachable when it cannot be reached,
+    or when no model is configured and none can be listed."""
+    phase, conn = "connect", None
+    try:
+        conn = _connect(cfg)
+        phase = "headers"
+        conn.request("GET", cfg.base_path + "/v1/models", headers={"User-Agent": HEADERS["User-Agent"]})
+        response = conn.getresponse()
+        status, server, body = response.status, response.getheader("Server"), response.read()
+    except (OSError, http.client.HTTPException) as err:
+        hint = "is the url right?" if isinstance(err, socket.gaierror) else "is the server running?"
+        raise EndpointUnreachable(f"cannot reach {cfg.url} ({_describe(err, phase, cfg)}): {hint}") from None
+    finally:
+        if conn is not None:
+            conn.close()
+    models, problem = [], None
+    if 200 <= status < 300:
+        try:
+            models = [m["id"] for m in json.loads(body)["data"]]
+        except (ValueError, KeyError, TypeError):
+            problem = f"an unreadable model list: {one_line(body, 80)}"
+    else:
+        problem = f"HTTP {status}: {one_line(body)}"
+    model = cfg.model or (models[0] if models else None)
+    if model is None:
+        raise EndpointUnreachable(f"GET {cfg.url}/v1/models gave {problem or 'no model'}: set backend.model")
+    return {"url": cfg.url, "server": server, "models": models, "model": model, "models_error": problem}
+
+
+def replay_http(requests: list[Request], cfg: HttpBackendConfig,
+                progress: bool | None = None) -> tuple[list[Measured], float]:
+    """Send every request at its arrival, stream its answer, and return what was measured (in id order) with
+    the replay's wall seconds. With `cfg.model` None the server is asked for it first (EndpointUnreachable
+    if it cannot be reached). Prompts are decoded and bodies built before the clock starts."""
+    for r in requests:
+        if r.width > 1:
+            raise ValueError(f"request {r.id}: n={r.n} beam_width={r.beam_width}: parallel sampling and beam "
+                             f"search are not supported over HTTP")
+    model = cfg.model or server_info(cfg)["model"]
+    bodies = _bodies(requests, cfg, model)
+    path = cfg.base_path + ENDPOINTS[cfg.endpoint]
+    measured = [Measured(r) for r in requests]
+    order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, requests[i].id))
+    bar = tqdm(total=len(requests), unit="req", desc="requests", leave=False,
+               disable=None if progress is None else not progress)
+    bar_lock = threading.Lock()
+
+    def finished(_future) -> None:
+        with bar_lock:
+            bar.update(1)
+
+    # One thread per request in flight: the pool grows to max_concurrency (or the whole trace), reusing idle ones.
+    pool = ThreadPoolExecutor(max_workers=cfg.max_concurrency or max(1, len(requests)),
+                              thread_name_prefix="http-replay")
+    start = time.perf_counter()
+
+    def clock() -> float:
+        """The replay's clock, shared by every thread: seconds since the replay started."""
+        return time.perf_counter() - start
+
+    try:
+        for i in order:
+            delay = requests[i].arrival_s - clock()
+            if delay > 0:
+                time.sleep(delay)
+            pool.submit(_send, measured[i], bodies[i], path, cfg, clock).add_done_callback(finished)
+        pool.shutdown(wait=True)
+        wall_s = clock()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    finally:
+        bar.close()
+    return sorted(measured, key=lambda m: m.request.id), wall_s
+
+
+def _send(m: Measured, body: bytes, path: str, cfg: HttpBackendConfig, clock: Callable[[], float]) -> None:
+    """Send one request and read its stream into `m`; every failure ends as `m.error`, nothing is raised."""
+    m.sent_s = clock()
+    phase, conn, response = "connect", None, None
+    try:
+        conn = _connect(cfg)
+        phase = "send"
+        conn.request("POST", path, body=body, headers=HEADERS)
+        phase = "headers"
+        response = conn.getresponse()
+        if not 200 <= response.status < 300:
+            m.error = f"HTTP {response.status}: {one_line(response.read(ERROR_BODY_BYTES))}"
+            return
+        phase = "stream"
+        done, finished, usage, events = False, False, None, 0
+        for data in read_data(response_lines(response)):
+            now = clock()
+            events += 1
+            if data.strip() == DONE:
+                done = True
+                break
+            chunk = parse_chunk(data)
+            if chunk.error is not None:
+                m.error = f"error event: {chunk.error}"
+                return
+            if chunk.usage is not None:
+                usage = chunk.usage
+            finished = finished or chunk.finished
+            if chunk.carries_output:
+                m.token_times_s.append(now)
+        # A stream that ends whole (its last chunk read, not cut) after a finish_reason is complete too:
+        # transformers serve sends no [DONE]. One cut short raised above (IncompleteRead), one that ends
+        # whole with no finish_reason is an error.
+        if not done and not finished:
+            kind = response.getheader("Content-Type", "")
+            m.error = (f"the server did not stream (Content-Type {kind})" if events == 0 and "event-stream" not in kind
+                       else f"stream ended without [DONE] after {len(m.token_times_s)} tokens (server died?)")
+            return
+        usage = usage or {}
+        completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
+        m.output_tokens = completion if isinstance(completion, int) else len(m.token_times_s)
+        m.prompt_tokens = prompt if isinstance(prompt, int) else None
+    except Exception as err:  # noqa: BLE001 - one request's failure is recorded, never raised
+        m.error = _describe(err, phase, cfg, len(m.token_times_s))
+    finally:
+        if response is not None:
+            response.close()
+        if conn is not None:
+            conn.close()
+
+
+def _connect(cfg: HttpBackendConfig) -> http.client.HTTPConnection:
+    """An open connection to the server: `connect_timeout_s` to connect, then `read_timeout_s` per read."""
+    parts = urlsplit(cfg.url)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname, parts.port, timeout=cfg.connect_timeout_s)
+    try:
+        conn.connect()
+    except BaseException:
+        conn.close()
+        raise
+    conn.sock.settimeout(cfg.read_timeout_s)
+    return conn
+
+
+def _describe(err: Exception, phase: str, cfg: HttpBackendConfig, tokens: int = 0) -> str:
+    """One short line for what went wrong in `phase` (connect, send, headers, stream)."""
+    after = f" after {tokens} tokens" if phase == "stream" else ""
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(err, socket.gaierror):
+        return f"cannot resolve host {urlsplit(cfg.url).hostname}"
+    if isinstance(err, TimeoutError):
+        if phase == "connect":
+            return f"connect timeout after {cfg.connect_timeout_s:g} s"
+        return f"read timeout: nothing for {cfg.read_timeout_s:g} s{after}"
+    if isinstance(err, http.client.IncompleteRead):
+        return f"connection closed mid-stream{after} (server died?)"
+    if isinstance(err, http.client.RemoteDisconnected):
+        return "the server closed the connection without a response"
+    if isinstance(err, (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)):
+        return f"connection reset by the server{after}"
+    if isinstance(err, ssl.SSLError):
+        return one_line(f"TLS error: {err}")
+    if isinstance(err, ValueError) and str(err).startswith("bad event"):
+        return one_line(str(err))
+    return one_line(f"{type(err).__name__}: {err}{after}")
+
+
+def _bodies(requests: list[Request], cfg: HttpBackendConfig, model: str) -> list[bytes]:
+    """Each request's JSON body: the prompt (token ids, or text), its output length, streaming with usage."""
+    decode = _decoder(cfg.tokenizer) if cfg.sends_text else None
+    bodies = []
+    for r in requests:
+        body: dict = {"model": model}
+        if cfg.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": decode(list(r.prompt_token_ids))}]
+        else:
+            body["prompt"] = decode(list(r.prompt_token_ids)) if decode else list(r.prompt_token_ids)
+        body.update(max_tokens=r.output_len, temperature=cfg.temperature, stream=True,
+                    stream_options={"include_usage": True})
+        if cfg.ignore_eos:
+            body["ignore_eos"] = True
+        body.update(cfg.extra_body)
+        bodies.append(json.dumps(body).encode())
+    return bodies
+
+
+def _decoder(spec: str) -> Callable[[list[int]], str]:
+    """Token ids back to text with the trace's tokenizer. `workloads.tokenizer` only encodes, so this reaches
+    the object each tokenizer wraps; special tokens (an HF tokenizer's BOS) are dropped, as the server adds its
+    own when it re-tokenizes the text."""
+    tokenizer = load_tokenizer(spec)
+    if isinstance(tokenizer, BpeTokenizer):
+        return tokenizer._encoding.decode
+    if isinstance(tokenizer, HfTokenizer):
+        hf = tokenizer._tokenizer
+        return lambda ids: hf.decode(ids, skip_special_tokens=True)
+    raise ValueError(f"tokenizer {spec!r} cannot decode token ids to text")

@@ -1,0 +1,135 @@
+"""The online engine loop: requests arrive from other threads while the engine runs.
+
+`engines.loop.run_engine` serves a fixed, arrival-sorted trace. A server
+does not know its requests in advance: HTTP threads put them in an `Inbox`
+(stamped with the executor's clock as their arrival), and `serve_loop`, on
+the one engine thread that owns the scheduler and the executor, takes them
+as they come. Each iteration is run_engine's: release arrivals, schedule,
+execute, `record_tokens`, `after_iteration`, `release_finished`, and the
+same `IterationRow` when a `RunRecord` is kept. After it, `on_tokens` gets
+every advancing sequence's new token ids and `on_done` every sequence that
+finished or was rejected (its `status` says which). With nothing to run the
+loop idles on the inbox, so a new request starts at once.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+import itertools
+import queue
+import threading
+import time
+
+from engines.batch import Batch
+from engines.kv.memory_split import MemorySplit
+from engines.loop import IterationRow, RunRecord
+from engines.protocols import Executor, Scheduler
+from engines.sequence import Sequence, record_tokens
+from workloads.request import Request
+
+IDLE_WAIT_S = 0.05      # how long an idle engine waits on the inbox before it checks for a stop
+
+
+class Inbox:
+    """Requests submitted by any thread, taken in arrival order by the engine thread.
+
+    Two steps, so a caller can get ready for a request's tokens before the
+    engine can see it: `new_request` stamps an id and the arrival time (the
+    executor's clock), `put` hands it over.
+    """
+
+    def __init__(self, clock: Callable[[], float]):
+        self._clock = clock
+        self._queue: queue.SimpleQueue[Request | None] = queue.SimpleQueue()
+        self._ids = itertools.count()
+        self._lock = threading.Lock()
+
+    def new_request(self, prompt_token_ids: list[int], output_len: int) -> Request:
+        with self._lock:
+            return Request(next(self._ids), self._clock(), tuple(prompt_token_ids), output_len)
+
+    def put(self, request: Request) -> None:
+        self._queue.put(request)
+
+    def wake(self) -> None:
+        """Wake an engine thread waiting on an empty inbox (to see a stop)."""
+        self._queue.put(None)
+
+    def take(self, timeout: float) -> list[Request]:
+        """Every request submitted so far, by (arrival, id); waits up to `timeout` s for one (0: no wait)."""
+        taken = []
+        try:
+            taken.append(self._queue.get(timeout=timeout) if timeout > 0 else self._queue.get_nowait())
+            while True:
+                taken.append(self._queue.get_nowait())
+        except queue.Empty:
+            pass
+        return sorted((r for r in taken if r is not None), key=lambda r: (r.arrival_s, r.id))
+
+
+def iteration_row(batch: Batch, scheduler: Scheduler, start: float, duration: float, split: MemorySplit,
+                  usage: tuple[int, int], held: int) -> IterationRow:
+    """The row run_engine records for one iteration (the same fields, read at the same points)."""
+    unshared, allocated = usage
+    return IterationRow(
+        start_s=start, duration_s=duration, prefill_seqs=len(batch.prefill),
+        prefill_tokens=sum(batch.prefill_lens), decode_seqs=len(batch.decode),
+        decode_rows=len(batch.decode_context_lens), batch_size=batch.num_seqs, num_held=held,
+        num_waiting=len(scheduler.waiting), preempted=batch.preempted, batch_rows=batch.num_rows,
+        copy_tokens=batch.copy_tokens, swapped_out=batch.swapped_out, swapped_in=batch.swapped_in,
+        swap_blocks=len(batch.swap_out) + len(batch.swap_in), num_swapped=len(scheduler.swapped),
+        admission_blocked_by=batch.admission_blocked_by,
+        unshared_slots=unshared, allocated_slots=allocated, token_states=split.token_states,
+        reservation=split.reservation, internal_fragmentation=split.internal_fragmentation,
+        external_fragmentation=split.external_fragmentation, free=split.free)
+
+
+def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_event: threading.Event,
+               on_tokens: Callable[[Sequence, list[int]], None],
+               on_done: Callable[[Sequence], None] | None = None,
+               record: RunRecord | None = None, idle_wait_s: float = IDLE_WAIT_S) -> None:
+    """Serve what arrives in `inbox` until `stop_event` is set (requests still running are left as they are).
+
+    `on_tokens(seq, token_ids)`: after each iteration, for every advancing
+    sequence, the token ids it just produced (row 0's new token on the real
+    backend; [] on the sim, which makes no tokens). `on_done(seq)`: a
+    sequence that finished this iteration (after its last `on_tokens`) or
+    was rejected on arrival (`seq.rejected_reason` says why). `record`, when
+    given, gets every sequence and one `IterationRow` per iteration, as
+    run_engine's; None keeps nothing (a long-lived server's memory stays flat).
+    Both callbacks run on this thread: they must be quick and must not raise.
+    """
+    wall_start = time.perf_counter()
+    while not stop_event.is_set():
+        arrivals = inbox.take(0 if scheduler.has_work() else idle_wait_s)
+        now = executor.now()
+        for request in arrivals:
+            seq = Sequence(request)
+            if record is not None:
+                record.sequences.append(seq)
+            if not scheduler.add(seq, now) and on_done is not None:
+                on_done(seq)
+        if not scheduler.has_work():
+            continue
+        batch = scheduler.schedule(now)
+        if batch is None:
+            raise RuntimeError("the scheduler holds requests but scheduled nothing")
+        start = executor.now()
+        duration = executor.execute(batch)
+        end = executor.now()
+        advancing = batch.advancing()
+        done_now = record_tokens(advancing, end)
+        if record is not None:   # the KV split as the forward pass saw it, read where run_engine reads it
+            split, usage = scheduler.memory_split(), scheduler.kv.usage()
+        scheduler.after_iteration(batch)
+        held = len(scheduler.held())
+        finished = scheduler.release_finished(done_now)
+        if record is not None:
+            record.iterations.append(iteration_row(batch, scheduler, start, duration, split, usage, held))
+        for seq in advancing:
+            on_tokens(seq, seq.output_token_ids[-1:])
+        if on_done is not None:
+            for seq in finished:
+                on_done(seq)
+    if record is not None:
+        record.end_s = executor.now()
+        record.wall_s = time.perf_counter() - wall_start

@@ -1,0 +1,163 @@
+"""The OpenAI wire format: a request body checked and parsed, and the JSON bodies of its response.
+
+`parse_body` turns a /v1/completions or /v1/chat/completions body into a
+`ParsedRequest` (its prompt as token ids) or raises `BadRequest` (HTTP 400,
+with the OpenAI error's `code`). `Reply` builds what one request sends
+back: a chunk per token when streamed (the last one with finish_reason
+"length"), the usage chunk (`"choices": []`), or the whole response.
+Our engines generate exactly max_tokens, so "length" is the only finish.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import json
+import time
+import uuid
+
+from engines.serving.token_text import TokenText
+
+
+class BadRequest(ValueError):
+    """A request the server refuses with HTTP 400; `code` goes in the OpenAI error body."""
+
+    def __init__(self, message: str, code: str = "invalid_request"):
+        super().__init__(message)
+        self.code = code
+
+
+def error_body(message: str, code: str, kind: str = "invalid_request_error") -> dict:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+@dataclass(slots=True)
+class ParsedRequest:
+    """A checked request: its prompt as token ids and exactly how many tokens to generate."""
+
+    chat: bool
+    prompt_ids: list[int]
+    max_tokens: int
+    stream: bool = False
+    include_usage: bool = False        # stream_options.include_usage
+    return_token_ids: bool = False     # each choice also carries its token ids (`token_ids`)
+
+
+def _int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _flag(body: dict, key: str) -> bool:
+    value = body.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise BadRequest(f"{key} must be true or false, got {value!r}")
+    return bool(value)
+
+
+def _prompt_ids(body: dict, chat: bool, text: TokenText) -> list[int]:
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
+            raise BadRequest("messages must be a non-empty list of {role, content} objects")
+        return text.encode("\n".join(_content(m.get("content")) for m in messages))
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and not _int(prompt[0]):
+        prompt = prompt[0]             # a batch of one prompt
+    if isinstance(prompt, str):
+        return text.encode(prompt)
+    if isinstance(prompt, list) and all(_int(t) and t >= 0 for t in prompt):
+        return prompt
+    raise BadRequest("prompt must be a string or a list of token ids (ints >= 0), one prompt per request")
+
+
+def _content(content) -> str:
+    """A message's text: a string, or the text parts of a list of parts; None (no content) is ""."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+    raise BadRequest(f"a message's content must be a string or a list of parts, got {type(content).__name__}")
+
+
+def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None) -> ParsedRequest:
+    """Check a request body; unknown fields (temperature, model, ignore_eos, ...) are accepted and ignored."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise BadRequest(f"the body is not valid JSON: {err}", "invalid_json") from None
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    max_tokens = body.get("max_tokens")
+    if max_tokens is None and chat:
+        max_tokens = body.get("max_completion_tokens")
+    if max_tokens is None:
+        raise BadRequest("max_tokens is required: these engines generate exactly max_tokens tokens (EOS is "
+                         "ignored)", "missing_max_tokens")
+    if not _int(max_tokens) or max_tokens < 1:
+        raise BadRequest(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+    n = body.get("n", 1)
+    if n is not None and n != 1:
+        raise BadRequest(f"n must be 1 (one sequence per request), got {n!r}", "unsupported_n")
+    stream = _flag(body, "stream")
+    options = body.get("stream_options") or {}
+    if not isinstance(options, dict):
+        raise BadRequest(f"stream_options must be an object, got {options!r}")
+    ids = _prompt_ids(body, chat, text)
+    if not ids:
+        raise BadRequest("the prompt is empty: it must hold at least one token", "empty_prompt")
+    if max_seq_len is not None and len(ids) + max_tokens > max_seq_len:
+        raise BadRequest(f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) = {len(ids) + max_tokens} "
+                         f"exceeds the model's max_seq_len of {max_seq_len}", "context_length_exceeded")
+    return ParsedRequest(chat, ids, max_tokens, stream, _flag(options, "include_usage"),
+                         _flag(body, "return_token_ids"))
+
+
+@dataclass(slots=True)
+class Reply:
+    """One response: its id and creation time, and the bodies it sends for `parsed` as `model`."""
+
+    parsed: ParsedRequest
+    model: str
+    id: str = field(init=False)
+    created: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.id = f"{'chatcmpl' if self.parsed.chat else 'cmpl'}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    @property
+    def chunk_object(self) -> str:
+        return "chat.completion.chunk" if self.parsed.chat else "text_completion"
+
+    def usage(self, completion_tokens: int) -> dict:
+        prompt = len(self.parsed.prompt_ids)
+        return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
+                "total_tokens": prompt + completion_tokens}
+
+    def chunk(self, token_id: int, text: str, first: bool, last: bool) -> dict:
+        """One streamed token; the chat's first delta also names the role."""
+        choice: dict = {"index": 0}
+        if self.parsed.chat:
+            choice["delta"] = {"role": "assistant", "content": text} if first else {"content": text}
+        else:
+            choice["text"] = text
+        choice["finish_reason"] = "length" if last else None
+        if self.parsed.return_token_ids:
+            choice["token_ids"] = [token_id]
+        return {"id": self.id, "object": self.chunk_object, "created": self.created, "model": self.model,
+                "choices": [choice]}
+
+    def usage_chunk(self, completion_tokens: int) -> dict:
+        return {"id": self.id, "object": self.chunk_object, "created": self.created, "model": self.model,
+                "choices": [], "usage": self.usage(completion_tokens)}
+
+    def whole(self, token_ids: list[int], text: str) -> dict:
+        """The response of a request that did not stream."""
+        choice: dict = {"index": 0, "finish_reason": "length"}
+        if self.parsed.chat:
+            choice["message"] = {"role": "assistant", "content": text}
+        else:
+            choice.update(text=text, logprobs=None)
+        if self.parsed.return_token_ids:
+            choice["token_ids"] = token_ids
+        return {"id": self.id, "object": "chat.completion" if self.parsed.chat else "text_completion",
+                "created": self.created, "model": self.model, "choices": [choice],
+                "usage": self.usage(len(token_ids))}

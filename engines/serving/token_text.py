@@ -1,0 +1,65 @@
+"""The server's tokenizer, both ways: prompt text to token ids, and output token ids to text, one at a time.
+
+Prompts are encoded exactly as the workloads encode text
+(`workloads.tokenizer.load_tokenizer`, so a spec names the same ids in a
+trace and on the wire). Output tokens become text token by token
+(`TextPieces`): a UTF-8 character split across tokens comes out whole with
+the token that completes it, so some tokens' text is "". The model's ids
+need not be the tokenizer's (the tiny model has random weights and its own
+vocabulary size): an id the tokenizer cannot decode is "" too, never an error.
+"""
+from __future__ import annotations
+
+import codecs
+from collections.abc import Callable
+from pathlib import Path
+
+from workloads.tokenizer import HF_PREFIX, load_tokenizer
+
+
+class TokenText:
+    """Text -> ids with `workloads.tokenizer.load_tokenizer(spec)`; id -> its bytes with the same vocabulary."""
+
+    def __init__(self, spec: str):
+        self.spec = spec
+        self.encoder = load_tokenizer(spec)
+        if spec.startswith(HF_PREFIX):
+            from transformers import AutoTokenizer
+
+            hf = AutoTokenizer.from_pretrained(str(Path(spec[len(HF_PREFIX):]).expanduser().resolve()),
+                                               local_files_only=True)
+            self._vocab = len(hf)
+            self._bytes: Callable[[int], bytes] = lambda token: hf.decode([token]).encode()
+        else:
+            import bpe_openai
+
+            encoding = bpe_openai.get_encoding(spec)
+            self._vocab = encoding.n_vocab
+            self._bytes = encoding.decode_single_token_bytes
+
+    def encode(self, text: str) -> list[int]:
+        return self.encoder.encode(text)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The token's UTF-8 bytes; b"" for an id outside the vocabulary or in one of its gaps."""
+        if not 0 <= token_id < self._vocab:
+            return b""
+        try:
+            return self._bytes(token_id)
+        except Exception:   # bpe_openai: KeyError for an undefined id; never let a token stop a stream
+            return b""
+
+    def decoder(self) -> "TextPieces":
+        return TextPieces(self)
+
+
+class TextPieces:
+    """One response's text, token by token."""
+
+    def __init__(self, text: TokenText):
+        self._text = text
+        self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
+
+    def add(self, token_id: int, final: bool = False) -> str:
+        """The text this token completes ("" while a character is still partial); `final` flushes the rest."""
+        return self._utf8.decode(self._text.token_bytes(token_id), final=final)

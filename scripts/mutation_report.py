@@ -1,0 +1,99 @@
+"""The kill rate of a mutation run (`make mutation`), per module, and the survivors nobody has explained.
+
+    python scripts/mutation_report.py              # after `python -m mutmut run ...` in the repository root
+    python scripts/mutation_report.py --min-kill 80
+
+Reads `python -m mutmut results --all true` (one `name: status` line per mutant)
+and data/reference/mutation_equivalent.yaml, where each survivor judged
+equivalent (no test can tell it from the original: the program's behaviour
+is the same) is listed by mutant name with the mutated line and the reason.
+A mutant counts as killed when a test failed or timed out on it; the kill
+rate of a module is killed / (checked - equivalent). Exits 1 when a checked
+module's kill rate is below --min-kill, or a survivor is neither killed nor
+explained, or an explanation no longer matches its mutant's line (the code
+moved: explain it again).
+"""
+from __future__ import annotations
+
+import argparse
+from collections import Counter, defaultdict
+from pathlib import Path
+import re
+import subprocess
+import sys
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+EQUIVALENT = ROOT / "data" / "reference" / "mutation_equivalent.yaml"
+KILLED = {"killed", "timeout"}
+LINE = re.compile(r"^\s*(\S+__mutmut_\d+): (.+)$")
+
+
+def module_of(name: str) -> str:
+    """`engines.kv.paged.xǁPagedKVǁfork__mutmut_3` and `results.record.summary.x_steady__mutmut_1` -> module."""
+    return re.split(r"\.x[ǁ_]", name, maxsplit=1)[0]
+
+
+def mutmut(*args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"error: mutmut {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def statuses() -> dict[str, str]:
+    out = {}
+    for line in mutmut("results", "--all", "true").splitlines():
+        match = LINE.match(line)
+        if match:
+            out[match.group(1)] = match.group(2).strip()
+    if not out:
+        raise SystemExit("error: no mutants found: run `python -m mutmut run` (make mutation) first")
+    return out
+
+
+def mutated_line(name: str) -> str:
+    """The `+` line of the mutant's diff (what the mutant reads), stripped."""
+    added = [l[1:].strip() for l in mutmut("show", name).splitlines() if l.startswith("+") and not l.startswith("+++")]
+    return added[0] if added else ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--min-kill", type=float, default=80.0, help="least kill rate in %% of a checked module")
+    args = parser.parse_args()
+    status = statuses()
+    explained = yaml.safe_load(EQUIVALENT.read_text()) or {} if EQUIVALENT.exists() else {}
+    counts: dict[str, Counter] = defaultdict(Counter)
+    problems = []
+    for name, state in sorted(status.items()):
+        module = module_of(name)
+        if state == "survived" and name in explained:
+            if mutated_line(name) != explained[name]["line"].strip():
+                problems.append(f"stale explanation: {name} no longer reads {explained[name]['line']!r}")
+            state = "equivalent"
+        elif state == "survived":
+            problems.append(f"survived, not explained: {name}: {mutated_line(name)}")
+        counts[module]["killed" if state in KILLED else state] += 1
+    print(f"{'module':40} {'mutants':>7} {'checked':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'kill rate':>9}")
+    low = []
+    for module, c in sorted(counts.items()):
+        total = sum(c.values())
+        checked = total - c["not checked"]
+        judged = checked - c["equivalent"]
+        rate = 100.0 * c["killed"] / judged if judged else float("nan")
+        shown = f"{rate:8.1f}%" if checked else "  not run"
+        print(f"{module:40} {total:7d} {checked:7d} {c['killed']:6d} {c['equivalent']:6d} {c['survived']:8d} {shown:>9}")
+        other = {k: v for k, v in c.items() if k not in ("killed", "equivalent", "survived", "not checked")}
+        if other:
+            print(f"{'':40} other: {dict(other)}")
+        if checked and judged and rate < args.min_kill:
+            low.append(f"{module}: kill rate {rate:.1f}% < {args.min_kill:g}%")
+    for line in problems + low:
+        print(f"error: {line}")
+    return 1 if problems or low else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
