@@ -34,6 +34,7 @@ from results.report.paper_sections import (section_batch, section_blocks, sectio
                                            section_method, section_table1)
 from results.report.read import load, load_capacity
 from results.report.backend_sections import section_real, section_validation
+from results.report.peers import section_peers
 
 
 OUT = OUTPUTS / "report" / "REPORT.md"   # where the report goes unless told: never over the shipped one
@@ -99,6 +100,7 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
         section_swap(experiments, swap_bench, figures),
         section_sensitivity(experiments.parent / "sensitivity"),
         section_real(real_cpu),
+        section_peers(KEPT_RUNS / "peers_cpu"),
         section_real_sharing(experiments),
         section_validation(replay_dir),
         Section(KERNELS),

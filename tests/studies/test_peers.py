@@ -1,0 +1,43 @@
+"""The peers study's table (means, spreads, paired HTTP overheads) and its report section, on made-up runs."""
+import json
+
+import pytest
+
+from results.report.peers import section_peers
+from studies.peers import ROWS, markdown, slug, table
+
+
+def runs(tok_s):
+    return [{"output_tokens_per_s": t, "ttft_s_mean": 0.1, "tpot_s_mean": 0.01, "e2e_latency_s_mean": 1.0,
+             "wall_s": 10.0, "num_finished": 4} for t in tok_s]
+
+
+def test_the_overhead_pairs_each_round_not_the_means():
+    results = {"paged (in process)": runs([100.0, 200.0]), "paged (HTTP)": runs([50.0, 200.0])}
+    rows, overhead = table(results, 2)
+    paged = next(r for r in rows if r["row"] == "paged (in process)")
+    assert paged["output_tokens_per_s"] == 150.0
+    assert (paged["output_tokens_per_s_min"], paged["output_tokens_per_s_max"]) == (100.0, 200.0)
+    (o,) = overhead
+    # Paired: (0.5 + 1.0) / 2 = 0.75, not the ratio of the means (125 / 150 = 0.83).
+    assert o["engine"] == "paged" and o["http_over_in_process"] == pytest.approx(0.75)
+    assert (o["min"], o["max"], o["pairs"]) == (0.5, 1.0, 2)
+    assert "| paged | 0.75 (0.50-1.00), 2 pairs |" in markdown(rows, overhead, "cmd")
+
+
+def test_every_engine_has_an_in_process_and_an_http_row_with_distinct_folders():
+    names = {r.name for r in ROWS}
+    for engine in ("static", "orca-max", "paged", "transformers-cb"):
+        assert {f"{engine} (in process)", f"{engine} (HTTP)"} <= names
+    assert len({slug(r) for r in ROWS}) == len(ROWS)
+
+
+def test_the_report_section_reads_the_table_or_names_the_command(tmp_path):
+    missing = section_peers(tmp_path)
+    assert not missing.has_runs and "studies.peers" in missing.not_run[0].command
+    rows, overhead = table({"paged (in process)": runs([100.0]), "paged (HTTP)": runs([90.0])}, 1)
+    (tmp_path / "peers.json").write_text(json.dumps({"command": "python -m studies.peers --out x", "requests": 4,
+                                                     "rate": None, "rounds": 1, "rows": rows, "overhead": overhead}))
+    section = section_peers(tmp_path)
+    assert section.has_runs and "| paged (HTTP) | 90.0 (90.0-90.0) |" in section.text
+    assert "| paged | 0.90 (0.90-0.90) | 1 |" in section.text
