@@ -1,7 +1,7 @@
 """Our engines beside real peers on this machine's CPU: in process and over HTTP, on one trace and one model.
 
-    python -m studies.peers --out outputs/peers                  # 2 rounds x 8 rows, 48 ShareGPT requests
-    python -m studies.peers --out outputs/peers --rounds 3 --requests 100
+    python -m studies.peers --out outputs/peers                  # 2 rounds x 8 rows, 24 ShareGPT requests
+    python -m studies.peers --out outputs/peers --rounds 3 --requests 100 --max-output-len 0
 
 Rows: our static, orca-max and paged engines on the real backend in process
 (`run.py backend=real`) and behind our server (`serve.py`, measured by
@@ -69,11 +69,12 @@ def model_dir(out: Path) -> Path:
     return folder
 
 
-def trace_args(folder: Path, requests: int, rate: float | None) -> list[str]:
+def trace_args(folder: Path, requests: int, rate: float | None, max_output_len: int) -> list[str]:
+    cap = [f"workload.max_output_len={max_output_len}"] if max_output_len > 0 else []
     arrival = ["workload.arrival=offline"] if rate is None else ["workload.arrival=poisson",
                                                                  f"workload.request_rate={rate}"]
     return [f"model={MODEL}", "workload=sharegpt", f"workload.num_requests={requests}",
-            f"workload.tokenizer=hf:{folder}", *arrival, "progress=false", "rerun=true"]
+            f"workload.tokenizer=hf:{folder}", *cap, *arrival, "progress=false", "rerun=true"]
 
 
 def run_py(args: list[str], log: Path) -> None:
@@ -171,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.peers", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the model, every run and the table")
     parser.add_argument("--rounds", type=int, default=2, help="times each row runs, interleaved (default 2)")
-    parser.add_argument("--requests", type=int, default=48, help="ShareGPT requests of the trace (default 48)")
+    parser.add_argument("--requests", type=int, default=24, help="ShareGPT requests of the trace (default 24)")
+    parser.add_argument("--max-output-len", type=int, default=128,
+                        help="cap on each request's output tokens (default 128; 0: the trace's own lengths)")
     parser.add_argument("--rate", type=float, default=None, help="Poisson arrivals (req/s); default: all at t = 0")
     parser.add_argument("--only", nargs="*", default=None, help="row names to run (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="seeds each round's row order")
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--only names no row; rows: {[r.name for r in ROWS]}")
     args.out.mkdir(parents=True, exist_ok=True)
     folder = model_dir(args.out)
-    base = trace_args(folder, args.requests, args.rate)
+    base = trace_args(folder, args.requests, args.rate, args.max_output_len)
     results: dict[str, list[dict]] = {}
     order_rng = random.Random(args.seed)
     for rnd in range(args.rounds):
@@ -197,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     rows, overhead = table(results, args.rounds)
     command = "python -m studies.peers " + " ".join(argv if argv is not None else sys.argv[1:])
     (args.out / "peers.json").write_text(json.dumps({"command": command, "requests": args.requests,
+                                                     "max_output_len": args.max_output_len,
                                                      "rate": args.rate, "rounds": args.rounds, "rows": rows,
                                                      "overhead": overhead, "runs": results}, indent=2) + "\n")
     text = markdown(rows, overhead, command)

@@ -1,0 +1,82 @@
+"""What apply_forks, the admission rule and small allocator edges decide, each checked where a one-character
+slip (a >= for a >, a True for a False, a default off by one) changes the outcome."""
+from collections import deque
+
+import pytest
+
+from engines.batch import Batch
+from engines.config import SchedulerLimits
+from engines.kv.arena import ContiguousArena
+from engines.kv.block_pool import BlockPool
+from engines.kv.contiguous import ContiguousKV
+from engines.kv.reservation import Reservation
+from engines.scheduling.admission import queue_or_reject, rejection_reason
+from engines.scheduling.forks import apply_forks
+from engines.sequence import Sequence, Status
+from workloads.request import Request
+
+
+def group(i, prompt_len, output_len, n):
+    return Sequence(Request(i, 0.0, tuple(range(prompt_len)), output_len, n=n))
+
+
+@pytest.mark.parametrize("n, copied", [(1, 0), (2, 4), (3, 8)])
+def test_after_a_groups_prefill_each_other_row_gets_the_prompt(n, copied):
+    kv = ContiguousKV(4096, Reservation.MAX, max_seq_len=64)
+    seq = group(0, 5, 4, n)
+    assert kv.try_admit(seq)
+    seq.parents = [0] * n if n > 1 else None
+    apply_forks(kv, Batch(prefill=[seq], prefill_lens=[5]))
+    out = Batch()
+    kv.drain_into(out)
+    # The prompt's cached positions (all but its last, which each row's first decode step writes) into each
+    # of the n - 1 other rows' regions.
+    assert out.copy_tokens == copied
+    assert seq.parents is None                # the prefill's lineage is applied once, then cleared
+
+
+def test_a_decoded_groups_parents_are_applied_and_cleared():
+    kv = ContiguousKV(4096, Reservation.MAX, max_seq_len=64)
+    seq = group(0, 5, 4, 2)
+    assert kv.try_admit(seq)
+    apply_forks(kv, Batch(prefill=[seq], prefill_lens=[5]))
+    seq.parents = [0, 0]
+    apply_forks(kv, Batch(decode=[seq], decode_context_lens=[6, 6]))
+    assert seq.parents is None
+
+
+def test_a_group_wider_than_the_row_cap_is_rejected_with_its_reason():
+    kv = ContiguousKV(4096, Reservation.MAX, max_seq_len=64)
+    limits = SchedulerLimits(max_num_seqs=2, max_num_batched_tokens=64, max_seq_len=64)
+    assert rejection_reason(group(0, 5, 4, 2), kv, limits) is None
+    assert rejection_reason(group(1, 5, 4, 3), kv, limits) == "runs 3 sequences; max_num_seqs is 2"
+    # A request too long for max_seq_len is named for that first, whatever its width.
+    assert "exceeds max_seq_len 64" in rejection_reason(group(2, 60, 10, 3), kv, limits)
+
+
+def test_queue_or_reject_says_which_it_did():
+    kv = ContiguousKV(4096, Reservation.MAX, max_seq_len=64)
+    limits = SchedulerLimits(max_num_seqs=2, max_num_batched_tokens=64, max_seq_len=64)
+    waiting = deque()
+    ok, wide = group(0, 5, 4, 1), group(1, 5, 4, 3)
+    assert queue_or_reject(ok, waiting, kv, limits, 1.5) is True and list(waiting) == [ok]
+    assert queue_or_reject(wide, waiting, kv, limits, 2.5) is False and list(waiting) == [ok]
+    assert (wide.status, wide.finish_s) == (Status.REJECTED, 2.5)
+
+
+def test_a_block_of_one_slot_is_allowed():
+    pool = BlockPool(4, 1)
+    assert pool.allocate() in range(4)
+    with pytest.raises(ValueError, match="power of two"):
+        BlockPool(4, 3)
+
+
+def test_an_arena_is_buddy_by_default_and_nothing_waiting_finds_no_hole_too_small():
+    arena = ContiguousArena(64)
+    assert arena.allocator_name == "buddy"
+    arena.allocate(0, 8)
+    arena.allocate(1, 8)
+    arena.free(0)                              # a hole of 8 at the start; 48 free after the second region
+    assert arena.unusable_free(0) == 0         # nothing waits: no free slot is unusable
+    assert arena.unusable_free(1) == 0         # a region of 1 fits any hole
+    assert arena.unusable_free(9) == 8         # a region of 16 does not fit the hole of 8
