@@ -80,3 +80,29 @@ def test_an_arena_is_buddy_by_default_and_nothing_waiting_finds_no_hole_too_smal
     assert arena.unusable_free(0) == 0         # nothing waits: no free slot is unusable
     assert arena.unusable_free(1) == 0         # a region of 1 fits any hole
     assert arena.unusable_free(9) == 8         # a region of 16 does not fit the hole of 8
+
+
+def static_scheduler(capacity=4096):
+    from engines.scheduling.static import StaticScheduler
+
+    limits = SchedulerLimits(max_num_seqs=4, max_num_batched_tokens=64, max_seq_len=64)
+    return StaticScheduler(ContiguousKV(capacity, Reservation.MAX, max_seq_len=64), limits)
+
+
+def test_static_names_a_blocking_limit_only_when_someone_waits():
+    sched = static_scheduler()
+    a, b = group(0, 5, 2, 1), group(1, 5, 2, 1)
+    assert sched.add(a, 0.0) and sched.add(b, 0.0)
+    first = sched.schedule(0.0)
+    assert first.admission_blocked_by == ""          # everyone who waited joined the batch
+    assert sched.schedule(0.1).admission_blocked_by == ""   # the batch runs; nobody waits
+    late = group(2, 5, 2, 1)
+    assert sched.add(late, 0.2)
+    assert sched.schedule(0.2).admission_blocked_by == "batch_running"
+
+
+def test_static_rejects_on_arrival_at_that_time():
+    sched = static_scheduler()
+    too_long = group(0, 60, 10, 1)
+    assert sched.add(too_long, 3.25) is False
+    assert (too_long.status, too_long.finish_s) == (Status.REJECTED, 3.25)
