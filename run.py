@@ -204,6 +204,7 @@ def run_peer(cfg: DictConfig, rc: RunConfig, run_dir: Path, metadata: dict, requ
                         f"{peer.failures[0]}", {"kind": "requests failed", "failures": peer.failures,
                                                 "partial_summary": summary})
     save_run(run_dir, iterations, reqs, summary, rc.measure.vllm_detailed)
+    log_run_folder(run_dir, plain(cfg.logger), multirun_group())   # logger=wandb: the finished run (no live series)
     title = f"{peer.label} | {rc.workload.label} x{len(requests)} | {cfg.backend.name} | {peer.record.wall_s:.1f}s wall"
     log.info("\n%s\nresults: %s", format_summary(summary, title), run_dir)
     return summary

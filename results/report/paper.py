@@ -23,6 +23,7 @@ class Paper:
     saving_alpaca: dict[str, float]           # sampling setting -> memory saving %
     saving_sharegpt: dict[str, str]           # "n" / "beam" -> range of memory saving %
     prefix_ratio: dict[int, float]            # shots -> paged / Orca (Oracle) throughput
+    sensitivity_claims: dict[str, float]      # figure ("12", "15", "17") -> claimed paged / Orca (Oracle) ratio
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +48,8 @@ def paper(folder: Path = REFERENCE) -> Paper:
         figure13={(r["workload"], float(r["request_rate"])): tuple(r["batch"]) for r in d["figure13_batch_size"]},
         saving_alpaca=dict(d["figure14_15_saving_alpaca"]),
         saving_sharegpt={k: str(v) for k, v in d["figure14_15_saving_sharegpt"].items()},
-        prefix_ratio={int(k): float(v) for k, v in d["figure16_prefix_ratio"].items()})
+        prefix_ratio={int(k): float(v) for k, v in d["figure16_prefix_ratio"].items()},
+        sensitivity_claims={str(k): float(v) for k, v in d["sensitivity_claims"].items()})
 
 
 @cache
