@@ -178,6 +178,7 @@ class OpenAIServer:
 
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True        # a handler stuck on a dead client never holds the process up
+    request_queue_size = 1024    # listen backlog (socketserver's default, 5, resets a burst of arrivals)
     app: OpenAIServer
 
     def handle_error(self, request, client_address) -> None:

@@ -243,6 +243,24 @@ def test_concurrent_requests_all_complete(paged):
         assert results[i][-2]["usage"] == {"prompt_tokens": p, "completion_tokens": o, "total_tokens": p + o}
 
 
+def test_a_burst_of_connections_at_once_is_served_not_reset(paged):
+    """A trace's requests arriving together open their connections together: more than the listen backlog of
+    socketserver's default (5) must all be accepted."""
+    results: dict[int, list] = {}
+    go = threading.Barrier(40)
+
+    def client(i):
+        go.wait()
+        results[i] = stream(paged.port, {"prompt": [i + 1, i + 2], "max_tokens": 2})
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(results) == list(range(40))
+    assert all(len(token_chunks(r)) == 2 and r[-1] == "[DONE]" for r in results.values())
+
+
 BAD = {
     "no max_tokens": ({"prompt": PROMPT}, None, "missing_max_tokens"),
     "max_tokens 0": ({"prompt": PROMPT, "max_tokens": 0}, None, "invalid_request"),
