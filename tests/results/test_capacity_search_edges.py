@@ -187,3 +187,21 @@ def test_criteria_judge_the_threshold_itself_as_met():
     assert not Criterion("latency", threshold=0.2).met({"steady_norm_latency_s_mean": 0.2000001})
     assert Criterion("goodput", attainment=0.9).met({"steady_slo_attainment": 0.9})
     assert not Criterion("goodput", attainment=0.9).met({"steady_slo_attainment": 0.8999})
+
+
+def test_ratio_summary_orders_baselines_nearest_first_and_keeps_an_index_of_its_own():
+    """Within a workload, ratios over orca-oracle, orca-pow2, orca-max, static (the baselines nearest paged
+    first), an unknown baseline last; a table written without bound reasons gets empty ones."""
+    rows = []
+    for workload in ("sharegpt", "alpaca"):
+        for base, ratio in (("static", 4.0), ("zeta", 9.0), ("orca-oracle", 1.5), ("orca-max", 3.0),
+                            ("orca-pow2", 2.0)):
+            rows.append(dict(workload=workload, model="opt-13b", criterion="latency", seed=0, block_size=16,
+                             baseline=base, ratio=ratio, bound="="))
+    ratios = pd.DataFrame(rows).iloc[::-1].set_index(pd.Index(range(100, 110)))   # shuffled, foreign index
+    out = ratio_summary(ratios)
+    assert list(out.index) == list(range(10))
+    assert list(out["workload"]) == ["alpaca"] * 5 + ["sharegpt"] * 5
+    assert list(out["baseline"][:5]) == ["orca-oracle", "orca-pow2", "orca-max", "static", "zeta"]
+    assert list(out["mean"][:5]) == [1.5, 2.0, 3.0, 4.0, 9.0]
+    assert (out["bound_reason"] == "").all() and out["exact"].all()
