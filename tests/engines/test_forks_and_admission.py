@@ -106,3 +106,37 @@ def test_static_rejects_on_arrival_at_that_time():
     too_long = group(0, 60, 10, 1)
     assert sched.add(too_long, 3.25) is False
     assert (too_long.status, too_long.finish_s) == (Status.REJECTED, 3.25)
+
+
+def serve_paged(requests, capacity, **engine):
+    from engines.build import build_scheduler
+    from engines.config import EngineConfig
+    from engines.loop import ITERATION_COLUMNS, run_engine
+    from tests.engines.conftest import UnitExecutor
+
+    limits = SchedulerLimits(max_num_seqs=64, max_num_batched_tokens=256, max_seq_len=64)
+    # One byte per slot and 2 KiB of swap space: a host pool of 512 blocks of 4 slots.
+    scheduler = build_scheduler(EngineConfig("paged", block_size=4, watermark=0.0, swap_space=2 / 2**20, **engine),
+                                limits, capacity, bytes_per_slot=1)
+    record = run_engine(requests, scheduler, UnitExecutor(), progress=False)
+    column = {c: i for i, c in enumerate(ITERATION_COLUMNS)}
+    return record, (lambda name: sum(r[column[name]] for r in record.iterations))
+
+
+def test_every_preemption_is_counted_once_on_its_sequence_and_its_iteration():
+    singles = [Request(i, 0.0, tuple(range(4)), 20) for i in range(6)]
+    record, total = serve_paged(singles, capacity=48)            # 12 blocks: three requests' final 6 blocks
+    preemptions = [s.preemptions for s in record.sequences]
+    assert max(preemptions) >= 2                                  # some request is preempted more than once
+    assert total("preempted") == sum(preemptions)
+    assert all(s.swaps == 0 for s in record.sequences)           # single sequences are recomputed (auto)
+    assert all(s.status is Status.FINISHED and s.generated == 20 for s in record.sequences)
+
+
+def test_a_preempted_group_is_swapped_and_each_swap_counted_once():
+    groups = [Request(i, 0.0, tuple(range(4)), 20, n=2) for i in range(4)]
+    record, total = serve_paged(groups, capacity=64)
+    swaps = [s.swaps for s in record.sequences]
+    assert max(swaps) >= 2 and total("swapped_out") == sum(swaps) == total("swapped_in")
+    assert total("preempted") == sum(s.preemptions for s in record.sequences) >= sum(swaps)
+    assert all(s.status is Status.FINISHED for s in record.sequences)
