@@ -26,7 +26,7 @@ def section_peers(folder: Path) -> Section:
     arrivals = "all at t = 0" if data.get("rate") is None else f"Poisson at {data['rate']} req/s"
     cap = f", outputs capped at {data['max_output_len']} tokens" if data.get("max_output_len") else ""
     text = (f"## {TITLE}\n\n`{data['command']}` (tiny LLaMA, random weights saved once with a tokenizer trained "
-            f"here, fp32, {data['requests']} ShareGPT requests {arrivals}, 64 MiB of KV for every engine; "
+            f"here, fp32, {data['requests']} ShareGPT requests {arrivals}{cap}, 64 MiB of KV for every engine; "
             f"{data['rounds']} rounds, each running every row once in a shuffled order; mean over the rounds and "
             f"min-max)\n\n"
             + table(["row", "output tok/s (min-max)", "TTFT mean s", "TPOT mean s", "end-to-end mean s", "wall s"],

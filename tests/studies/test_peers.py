@@ -37,7 +37,8 @@ def test_the_report_section_reads_the_table_or_names_the_command(tmp_path):
     assert not missing.has_runs and "studies.peers" in missing.not_run[0].command
     rows, overhead = table({"paged (in process)": runs([100.0]), "paged (HTTP)": runs([90.0])}, 1)
     (tmp_path / "peers.json").write_text(json.dumps({"command": "python -m studies.peers --out x", "requests": 4,
-                                                     "rate": None, "rounds": 1, "rows": rows, "overhead": overhead}))
+                                                     "max_output_len": 128, "rate": None, "rounds": 1, "rows": rows, "overhead": overhead}))
     section = section_peers(tmp_path)
     assert section.has_runs and "| paged (HTTP) | 90.0 (90.0-90.0) |" in section.text
+    assert "4 ShareGPT requests all at t = 0, outputs capped at 128 tokens" in section.text
     assert "| paged | 0.90 (0.90-0.90) | 1 |" in section.text
