@@ -8,6 +8,8 @@ from typing import Callable, NamedTuple
 
 from tqdm import tqdm
 
+from engines.batch import Batch
+from engines.kv.memory_split import MemorySplit
 from engines.protocols import Executor, Scheduler
 from engines.sequence import Sequence, record_tokens
 from workloads.request import Request
@@ -59,6 +61,24 @@ class RunRecord:
     sequences: list[Sequence] = field(default_factory=list)
     end_s: float = 0.0
     wall_s: float = 0.0
+
+
+def iteration_row(batch: Batch, scheduler: Scheduler, start: float, duration: float, split: MemorySplit,
+                  usage: tuple[int, int], held: int) -> IterationRow:
+    """One iteration's row: what ran, what waited, what moved, and the KV split read after its forward pass
+    (`usage`: the manager's (unshared, allocated) slots). The engine loop and the online loop record the same."""
+    unshared, allocated = usage
+    return IterationRow(
+        start_s=start, duration_s=duration, prefill_seqs=len(batch.prefill),
+        prefill_tokens=sum(batch.prefill_lens), decode_seqs=len(batch.decode),
+        decode_rows=len(batch.decode_context_lens), batch_size=batch.num_seqs, num_held=held,
+        num_waiting=len(scheduler.waiting), preempted=batch.preempted, batch_rows=batch.num_rows,
+        copy_tokens=batch.copy_tokens, swapped_out=batch.swapped_out, swapped_in=batch.swapped_in,
+        swap_blocks=len(batch.swap_out) + len(batch.swap_in), num_swapped=len(scheduler.swapped),
+        admission_blocked_by=batch.admission_blocked_by,
+        unshared_slots=unshared, allocated_slots=allocated, token_states=split.token_states,
+        reservation=split.reservation, internal_fragmentation=split.internal_fragmentation,
+        external_fragmentation=split.external_fragmentation, free=split.free)
 
 
 def progress_text(executor: str, clock_s: float, tokens_per_s: float, batch: int, kv_used: float) -> str:
@@ -124,17 +144,7 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
         scheduler.after_iteration(batch)
         held = len(scheduler.held())
         finished = scheduler.release_finished(done_now)
-        rows.append(IterationRow(
-            start_s=start, duration_s=duration, prefill_seqs=len(batch.prefill),
-            prefill_tokens=sum(batch.prefill_lens), decode_seqs=len(batch.decode),
-            decode_rows=len(batch.decode_context_lens), batch_size=batch.num_seqs, num_held=held,
-            num_waiting=len(scheduler.waiting), preempted=batch.preempted, batch_rows=batch.num_rows,
-            copy_tokens=batch.copy_tokens, swapped_out=batch.swapped_out, swapped_in=batch.swapped_in,
-            swap_blocks=len(batch.swap_out) + len(batch.swap_in), num_swapped=len(scheduler.swapped),
-            admission_blocked_by=batch.admission_blocked_by,
-            unshared_slots=unshared, allocated_slots=allocated, token_states=split.token_states,
-            reservation=split.reservation, internal_fragmentation=split.internal_fragmentation,
-            external_fragmentation=split.external_fragmentation, free=split.free))
+        rows.append(iteration_row(batch, scheduler, start, duration, split, (unshared, allocated), held))
         if on_iteration is not None:
             on_iteration(rows[-1])
         if finished:

@@ -19,9 +19,7 @@ import queue
 import threading
 import time
 
-from engines.batch import Batch
-from engines.kv.memory_split import MemorySplit
-from engines.loop import IterationRow, RunRecord
+from engines.loop import RunRecord, iteration_row
 from engines.protocols import Executor, Scheduler
 from engines.sequence import Sequence, record_tokens
 from workloads.request import Request
@@ -64,23 +62,6 @@ class Inbox:
         except queue.Empty:
             pass
         return sorted((r for r in taken if r is not None), key=lambda r: (r.arrival_s, r.id))
-
-
-def iteration_row(batch: Batch, scheduler: Scheduler, start: float, duration: float, split: MemorySplit,
-                  usage: tuple[int, int], held: int) -> IterationRow:
-    """The row run_engine records for one iteration (the same fields, read at the same points)."""
-    unshared, allocated = usage
-    return IterationRow(
-        start_s=start, duration_s=duration, prefill_seqs=len(batch.prefill),
-        prefill_tokens=sum(batch.prefill_lens), decode_seqs=len(batch.decode),
-        decode_rows=len(batch.decode_context_lens), batch_size=batch.num_seqs, num_held=held,
-        num_waiting=len(scheduler.waiting), preempted=batch.preempted, batch_rows=batch.num_rows,
-        copy_tokens=batch.copy_tokens, swapped_out=batch.swapped_out, swapped_in=batch.swapped_in,
-        swap_blocks=len(batch.swap_out) + len(batch.swap_in), num_swapped=len(scheduler.swapped),
-        admission_blocked_by=batch.admission_blocked_by,
-        unshared_slots=unshared, allocated_slots=allocated, token_states=split.token_states,
-        reservation=split.reservation, internal_fragmentation=split.internal_fragmentation,
-        external_fragmentation=split.external_fragmentation, free=split.free)
 
 
 def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_event: threading.Event,
