@@ -81,7 +81,7 @@ def code_notes(experiments: Path) -> list[str]:
 
 
 def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path | None = None,
-            swap_bench: Path = KEPT_RUNS / "swap_bench_cpu") -> Report:
+            swap_bench: Path = KEPT_RUNS / "swap_bench_cpu", peers: Path = KEPT_RUNS / "peers_cpu") -> Report:
     """Every section that has runs (its figures drawn into `figures`), then the list of those that have none."""
     replay_dir = replay_dir if replay_dir is not None else experiments.parent / "replay"
     capacity = load_capacity(experiments)
@@ -100,7 +100,7 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
         section_swap(experiments, swap_bench, figures),
         section_sensitivity(experiments.parent / "sensitivity"),
         section_real(real_cpu),
-        section_peers(KEPT_RUNS / "peers_cpu"),
+        section_peers(peers),
         section_real_sharing(experiments),
         section_validation(replay_dir),
         Section(KERNELS),
@@ -113,7 +113,7 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
                if mixed else "")
             + ("\n" + not_in_report(not_run) if not_run else ""))
     return Report(text, any(s.has_runs for s in sections), not_run,
-                  [w for s in sections for w in s.warnings] + mixed, [experiments, real_cpu, swap_bench, replay_dir])
+                  [w for s in sections for w in s.warnings] + mixed, [experiments, real_cpu, swap_bench, peers, replay_dir])
 
 
 def refusal(report: Report, out: Path, force: bool = False) -> str | None:
@@ -188,10 +188,11 @@ def update_sections(report: Report, figures: Path, out: Path, prefixes: list[str
 
 
 def build_report(experiments: Path, real_cpu: Path, out: Path, replay_dir: Path | None = None,
-                 force: bool = False, swap_bench: Path = KEPT_RUNS / "swap_bench_cpu") -> Path:
+                 force: bool = False, swap_bench: Path = KEPT_RUNS / "swap_bench_cpu",
+                 peers: Path = KEPT_RUNS / "peers_cpu") -> Path:
     """Compose the report and write it to `out` (see `write_report`)."""
     with tempfile.TemporaryDirectory() as figures:
-        report = compose(experiments, real_cpu, Path(figures), replay_dir, swap_bench)
+        report = compose(experiments, real_cpu, Path(figures), replay_dir, swap_bench, peers)
         return write_report(report, Path(figures), out, force)
 
 
@@ -202,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the real-backend CPU runs (their summary.json)")
     parser.add_argument("--swap-bench", type=Path, default=KEPT_RUNS / "swap_bench_cpu",
                         help="a folder of python -m studies.swap_bench (its swap_bench.csv)")
+    parser.add_argument("--peers", type=Path, default=KEPT_RUNS / "peers_cpu",
+                        help="a folder of python -m studies.peers (its peers.json)")
     parser.add_argument("--out", type=Path, default=OUT,
                         help=f"the report's file; figures go to figures/ beside it (default {shown(OUT)}; "
                              f"{shown(REPORT)}, the shipped report, only from a complete set of runs)")
@@ -214,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
                              "report, keeping every other section as it is (repeatable)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as figures:
-        report = compose(args.experiments, args.real_cpu, Path(figures), args.replay, args.swap_bench)
+        report = compose(args.experiments, args.real_cpu, Path(figures), args.replay, args.swap_bench, args.peers)
         for part in report.not_run:
             print(f"not in the report: {part}")
         try:

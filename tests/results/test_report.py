@@ -29,7 +29,8 @@ def sources(tmp_path, real_cpu=None, swap_bench=None):
     """Arguments that read no experiments nor replay, and the kept runs only where given."""
     nothing = tmp_path / "nothing"
     return ["--experiments", str(nothing / "experiments"), "--replay", str(nothing / "replay"),
-            "--real-cpu", str(real_cpu or nothing), "--swap-bench", str(swap_bench or nothing)]
+            "--real-cpu", str(real_cpu or nothing), "--swap-bench", str(swap_bench or nothing),
+            "--peers", str(nothing)]
 
 
 def test_the_report_goes_to_outputs_unless_told():
