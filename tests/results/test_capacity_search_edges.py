@@ -205,3 +205,67 @@ def test_ratio_summary_orders_baselines_nearest_first_and_keeps_an_index_of_its_
     assert list(out["baseline"][:5]) == ["orca-oracle", "orca-pow2", "orca-max", "static", "zeta"]
     assert list(out["mean"][:5]) == [1.5, 2.0, 3.0, 4.0, 9.0]
     assert (out["bound_reason"] == "").all() and out["exact"].all()
+
+
+def test_reasons_name_each_bound_with_its_seeds_in_words():
+    from results.sweeps.capacity import _reasons_by_seed
+
+    group = pd.DataFrame({"seed": [0, 1, 2, 3], "bound": [">=", "=", ">=", "<="],
+                          "bound_reason": ["max_rate", "", "max_rate", None]})
+    assert _reasons_by_seed(group) == "max_rate (seeds 0, 2); bound (seed 3)"
+    assert _reasons_by_seed(group.iloc[[0]]) == "max_rate (seed 0)"
+    assert _reasons_by_seed(group.iloc[[1]]) == ""
+
+
+def test_capacity_summary_keeps_block_sizes_and_preemption_policies_apart():
+    from results.sweeps.capacity import capacity_summary
+
+    rows = [dict(engine="paged", block_size=bs, preemption=p, workload="sharegpt", model="opt-13b",
+                 criterion="latency", seed=0, capacity=c, bound="=")
+            for bs, p, c in ((16, "swap", 4.0), (16, "recompute", 3.0), (32, "swap", 2.0))]
+    rows.append(dict(engine="orca-max", block_size=None, preemption=None, workload="sharegpt", model="opt-13b",
+                     criterion="latency", seed=0, capacity=1.0, bound="="))
+    out = capacity_summary(pd.DataFrame(rows).iloc[::-1].set_index(pd.Index([7, 8, 9, 10])))
+    assert list(out.index) == [0, 1, 2, 3]
+    assert list(out["engine"]) == ["orca-max", "paged", "paged", "paged"]   # engine order, stable within paged
+    assert sorted(zip(out["block_size"][1:], out["preemption"][1:], out["mean"][1:])) == [
+        (16, "recompute", 3.0), (16, "swap", 4.0), (32, "swap", 2.0)]
+
+
+def test_the_formatted_tables_write_block_sizes_as_integers_and_a_dash_for_none():
+    from results.sweeps.capacity import format_capacity
+
+    rows = [dict(engine="paged", block_size=16.0, workload="sharegpt", model="opt-13b", criterion="latency", seed=0,
+                 capacity=4.0, bound="="),
+            dict(engine="orca-max", block_size=float("nan"), workload="sharegpt", model="opt-13b",
+                 criterion="latency", seed=0, capacity=1.0, bound="=")]
+    text = format_capacity(pd.DataFrame(rows))
+    assert " 16 " in text and " - " in text and "16.0" not in text and "nan" not in text
+
+
+def test_write_tables_writes_three_tables_without_an_index_column(tmp_path):
+    from results.sweeps.capacity import CAPACITY_CSV, RATIOS_CSV, write_tables
+
+    rows = [dict(engine=e, block_size=16 if e == "paged" else None, workload="sharegpt", model="opt-13b",
+                 criterion="latency", seed=0, capacity=c, bound="=", done=True) for e, c in (("paged", 4.0),
+                                                                                             ("orca-max", 2.0))]
+    paths = write_tables(pd.DataFrame(rows), tmp_path)
+    assert [p.name for p in paths] == [CAPACITY_CSV, "capacity.parquet", RATIOS_CSV]
+    capacity = pd.read_csv(tmp_path / CAPACITY_CSV)
+    assert list(capacity.columns)[0] == "engine" and len(capacity) == 2
+    assert pd.read_parquet(tmp_path / "capacity.parquet")["capacity"].tolist() == [4.0, 2.0]
+    ratios = pd.read_csv(tmp_path / RATIOS_CSV)
+    assert list(ratios.columns)[0] == "workload" and ratios["ratio"].tolist() == [2.0]
+
+
+def test_write_tables_warns_once_naming_the_capacity_file_when_a_capacity_is_a_bound(tmp_path, caplog):
+    from results.sweeps.capacity import CAPACITY_CSV, write_tables
+
+    rows = [dict(engine="paged", block_size=16, workload="sharegpt", model="opt-13b", criterion="latency", seed=0,
+                 capacity=8.0, bound=">=", done=True),
+            dict(engine="orca-max", block_size=None, workload="sharegpt", model="opt-13b", criterion="latency",
+                 seed=0, capacity=2.0, bound="=", done=True)]
+    with caplog.at_level("WARNING", logger="pagedbench"):
+        write_tables(pd.DataFrame(rows), tmp_path)
+    (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
+    assert record.getMessage().startswith(f"{tmp_path / CAPACITY_CSV}: ")
