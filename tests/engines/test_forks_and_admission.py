@@ -108,17 +108,23 @@ def test_static_rejects_on_arrival_at_that_time():
     assert (too_long.status, too_long.finish_s) == (Status.REJECTED, 3.25)
 
 
-def serve_paged(requests, capacity, **engine):
+def serve_paged(requests, capacity, host_blocks=512, **engine):
     from engines.build import build_scheduler
     from engines.config import EngineConfig
     from engines.loop import ITERATION_COLUMNS, run_engine
     from tests.engines.conftest import UnitExecutor
 
     limits = SchedulerLimits(max_num_seqs=64, max_num_batched_tokens=256, max_seq_len=64)
-    # One byte per slot and 2 KiB of swap space: a host pool of 512 blocks of 4 slots.
-    scheduler = build_scheduler(EngineConfig("paged", block_size=4, watermark=0.0, swap_space=2 / 2**20, **engine),
+    # One byte per slot: a host pool of `host_blocks` blocks of 4 slots.
+    scheduler = build_scheduler(EngineConfig("paged", block_size=4, watermark=0.0,
+                                             swap_space=host_blocks * 4 / 2**30, **engine),
                                 limits, capacity, bytes_per_slot=1)
-    record = run_engine(requests, scheduler, UnitExecutor(), progress=False)
+
+    def statuses_match_queues(row):   # after every iteration, each queue holds sequences of its own status
+        assert all(s.status is Status.SWAPPED for s in scheduler.swapped)
+        assert all(s.status is Status.WAITING for s in scheduler.waiting)
+        assert all(s.status is Status.RUNNING for s in scheduler.held())
+    record = run_engine(requests, scheduler, UnitExecutor(), progress=False, on_iteration=statuses_match_queues)
     column = {c: i for i, c in enumerate(ITERATION_COLUMNS)}
     return record, (lambda name: sum(r[column[name]] for r in record.iterations))
 
@@ -140,3 +146,16 @@ def test_a_preempted_group_is_swapped_and_each_swap_counted_once():
     assert max(swaps) >= 2 and total("swapped_out") == sum(swaps) == total("swapped_in")
     assert total("preempted") == sum(s.preemptions for s in record.sequences) >= sum(swaps)
     assert all(s.status is Status.FINISHED for s in record.sequences)
+
+
+def test_a_single_sequence_the_full_host_pool_cannot_take_is_recomputed_instead():
+    singles = [Request(i, 0.0, tuple(range(4)), 20) for i in range(6)]
+    record, total = serve_paged(singles, capacity=48, host_blocks=1, preemption="swap")
+    assert total("preempted") > 0 and total("swapped_out") == 0
+    assert all(s.swaps == 0 and s.status is Status.FINISHED for s in record.sequences)
+
+
+def test_a_group_the_full_host_pool_cannot_take_stops_the_run_with_its_reason():
+    groups = [Request(i, 0.0, tuple(range(4)), 20, n=2) for i in range(4)]
+    with pytest.raises(RuntimeError, match="must be swapped out but the host pool cannot hold it"):
+        serve_paged(groups, capacity=64, host_blocks=1)
