@@ -71,16 +71,17 @@ def server_info(cfg: HttpBackendConfig) -> dict:
     return {"url": cfg.url, "server": server, "models": models, "model": model, "models_error": problem}
 
 
-def replay_http(requests: list[Request], cfg: HttpBackendConfig,
-                progress: bool | None = None) -> tuple[list[Measured], float]:
+def replay_http(requests: list[Request], cfg: HttpBackendConfig, progress: bool | None = None,
+                model: str | None = None) -> tuple[list[Measured], float]:
     """Send every request at its arrival, stream its answer, and return what was measured (in id order) with
-    the replay's wall seconds. With `cfg.model` None the server is asked for it first (EndpointUnreachable
-    if it cannot be reached). Prompts are decoded and bodies built before the clock starts."""
+    the replay's wall seconds. `model`: the id to ask for (a caller that probed the server already passes
+    `server_info`'s); None: `cfg.model`, else the server is asked for it first (EndpointUnreachable if it
+    cannot be reached). Prompts are decoded and bodies built before the clock starts."""
     for r in requests:
         if r.width > 1:
             raise ValueError(f"request {r.id}: n={r.n} beam_width={r.beam_width}: parallel sampling and beam "
                              f"search are not supported over HTTP")
-    model = cfg.model or server_info(cfg)["model"]
+    model = model or cfg.model or server_info(cfg)["model"]
     bodies = _bodies(requests, cfg, model)
     path = cfg.base_path + ENDPOINTS[cfg.endpoint]
     measured = [Measured(r) for r in requests]

@@ -79,8 +79,8 @@ def replay_peer(requests: list[Request], cfg, model: ModelSpec, progress: bool |
         info = server_info(cfg)
     except EndpointUnreachable as err:
         raise PeerUnavailable(str(err)) from None
-    measured, wall_s = replay_http(requests, cfg, progress=progress)
+    measured, wall_s = replay_http(requests, cfg, progress=progress, model=info["model"])   # probed once
     record, failures = as_record(measured, wall_s)
-    served = info.get("model") or cfg.model or "?"
+    served = info["model"]              # cfg.model, else the first the server lists (server_info)
     fields = {"url": cfg.url, "endpoint": cfg.endpoint, "served_model": served, "server": info}
     return PeerRun(record, f"http ({served})", fields, {}, failures)
