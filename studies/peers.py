@@ -97,11 +97,14 @@ def server_cmd(row: Row, folder: Path, port: int, serve_dir: Path) -> list[str]:
 
 
 def kv_bytes_per_slot() -> int:
-    """One token's K and V over every layer in fp32, the CPU's dtype."""
+    """One token's K and V over every layer in fp32, the CPU's dtype (as the real backend sizes its cache)."""
+    import torch
+
+    from engines.real.kv_cache import bytes_per_slot
     from engines.specs.presets import load_model
 
     spec = load_model(MODEL)
-    return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * 4
+    return bytes_per_slot(spec.num_layers, spec.num_kv_heads, spec.head_dim, torch.float32)
 
 
 def run_row(row: Row, folder: Path, base: list[str], run_dir: Path) -> dict:
