@@ -95,7 +95,7 @@ def warm_up(manager: ContinuousBatchingManager, spec: ModelSpec) -> None:
     finally:
         CB_LOGGER.setLevel(level)
     if error is not None:
-        presets = "" if spec.arch == "llama" else " (it runs the llama presets: model=llama-7b, llama-13b)"
+        presets = "" if spec.arch == "llama" else " (it runs the llama presets: model=tiny-llama, llama-7b, llama-13b)"
         raise ValueError(f"transformers {transformers.__version__} continuous batching cannot run model "
                          f"{spec.name} (arch {spec.arch}): {error}{presets}")
     if len(output.generated_tokens) != WARMUP_TOKENS:
