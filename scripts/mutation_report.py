@@ -7,8 +7,9 @@ Reads `python -m mutmut results --all true` (one `name: status` line per mutant)
 and data/reference/mutation_equivalent.yaml, where each survivor judged
 equivalent (no test can tell it from the original: the program's behaviour
 is the same) is listed by mutant name with the mutated line and the reason.
-A mutant counts as killed when a test failed or timed out on it; the kill
-rate of a module is killed / (checked - equivalent). Exits 1 when a checked
+A mutant counts as killed when a test failed or timed out on it, and as a
+survivor when the tests passed on it or no test reached it ("no tests");
+the kill rate of a module is killed / (checked - equivalent). Exits 1 when a checked
 module's kill rate is below --min-kill, or a survivor is neither killed nor
 explained, or an explanation no longer matches its mutant's line (the code
 moved: explain it again).
@@ -27,6 +28,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 EQUIVALENT = ROOT / "data" / "reference" / "mutation_equivalent.yaml"
 KILLED = {"killed", "timeout"}
+# A mutant no selected test reaches ("no tests") is a survivor too: nothing would notice it.
+SURVIVED = {"survived", "no tests"}
 LINE = re.compile(r"^\s*(\S+__mutmut_\d+): (.+)$")
 
 
@@ -59,37 +62,52 @@ def mutated_line(name: str) -> str:
     return added[0] if added else ""
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--min-kill", type=float, default=80.0, help="least kill rate in %% of a checked module")
-    args = parser.parse_args()
-    status = statuses()
-    explained = yaml.safe_load(EQUIVALENT.read_text()) or {} if EQUIVALENT.exists() else {}
+def judge(status: dict[str, str], explained: dict, line_of) -> tuple[dict[str, Counter], list[str]]:
+    """Counts per module (killed, equivalent, survived, not checked, ...) and the problems: survivors not
+    explained, explanations whose line (`line_of(name)`, the mutant's `+` line) no longer matches."""
     counts: dict[str, Counter] = defaultdict(Counter)
     problems = []
     for name, state in sorted(status.items()):
-        module = module_of(name)
-        if state == "survived" and name in explained:
-            if mutated_line(name) != explained[name]["line"].strip():
+        if state in SURVIVED and name in explained:
+            if line_of(name) != explained[name]["line"].strip():
                 problems.append(f"stale explanation: {name} no longer reads {explained[name]['line']!r}")
             state = "equivalent"
-        elif state == "survived":
-            problems.append(f"survived, not explained: {name}: {mutated_line(name)}")
-        counts[module]["killed" if state in KILLED else state] += 1
-    print(f"{'module':40} {'mutants':>7} {'checked':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} {'kill rate':>9}")
+        elif state in SURVIVED:
+            problems.append(f"{state}, not explained: {name}: {line_of(name)}")
+        counts[module_of(name)]["killed" if state in KILLED else "survived" if state in SURVIVED else state] += 1
+    return counts, problems
+
+
+def rate_table(counts: dict[str, Counter], min_kill: float) -> tuple[list[str], list[str]]:
+    """The table's lines (one per module, then all of them together) and the modules under `min_kill`."""
+    lines = [f"{'module':40} {'mutants':>7} {'checked':>7} {'killed':>6} {'equiv.':>6} {'survived':>8} "
+             f"{'kill rate':>9}"]
     low = []
-    for module, c in sorted(counts.items()):
+    rows = sorted(counts.items()) + [("all", sum(counts.values(), Counter()))]
+    for module, c in rows:
         total = sum(c.values())
         checked = total - c["not checked"]
         judged = checked - c["equivalent"]
         rate = 100.0 * c["killed"] / judged if judged else float("nan")
         shown = f"{rate:8.1f}%" if checked else "  not run"
-        print(f"{module:40} {total:7d} {checked:7d} {c['killed']:6d} {c['equivalent']:6d} {c['survived']:8d} {shown:>9}")
+        lines.append(f"{module:40} {total:7d} {checked:7d} {c['killed']:6d} {c['equivalent']:6d} "
+                     f"{c['survived']:8d} {shown:>9}")
         other = {k: v for k, v in c.items() if k not in ("killed", "equivalent", "survived", "not checked")}
         if other:
-            print(f"{'':40} other: {dict(other)}")
-        if checked and judged and rate < args.min_kill:
-            low.append(f"{module}: kill rate {rate:.1f}% < {args.min_kill:g}%")
+            lines.append(f"{'':40} other: {dict(other)}")
+        if module != "all" and checked and judged and rate < min_kill:
+            low.append(f"{module}: kill rate {rate:.1f}% < {min_kill:g}%")
+    return lines, low
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--min-kill", type=float, default=80.0, help="least kill rate in %% of a checked module")
+    args = parser.parse_args()
+    explained = (yaml.safe_load(EQUIVALENT.read_text()) or {}) if EQUIVALENT.exists() else {}
+    counts, problems = judge(statuses(), explained, mutated_line)
+    lines, low = rate_table(counts, args.min_kill)
+    print("\n".join(lines))
     for line in problems + low:
         print(f"error: {line}")
     return 1 if problems or low else 0

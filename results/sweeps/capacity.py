@@ -153,13 +153,9 @@ class RateSearch:
         lo, hi = self.lower, self.upper
         if lo is None and hi is None:
             rate = self.start
-        elif hi is None:
-            if lo >= self.max_rate:
-                return None
+        elif hi is None:   # at max_rate already, this rate is max_rate again: tried, so the search ends below
             rate = min(lo * self.growth, self.max_rate)
-        elif lo is None:
-            if hi <= self.min_rate:
-                return None
+        elif lo is None:   # as at max_rate
             rate = max(hi / self.growth, self.min_rate)
         elif (hi - lo) / lo <= self.precision:
             return None
@@ -197,7 +193,7 @@ def bound_reason(bound: str, done: bool = True, error=None) -> str:
 def name_bounds(capacity: pd.DataFrame) -> pd.DataFrame:
     """`capacity` with `capacity_is_bound` and `bound_reason` beside `bound` (a table written before them gains them)."""
     named = capacity.drop(columns=["capacity_is_bound", "bound_reason"], errors="ignore")
-    done = named["done"].astype(bool) if "done" in named else [True] * len(named)
+    done = named["done"] if "done" in named else [True] * len(named)
     error = named["error"] if "error" in named else [None] * len(named)
     at = list(named.columns).index("bound") + 1
     named.insert(at, "capacity_is_bound", named["bound"] != "=")
@@ -215,8 +211,6 @@ def combined_bound(bounds) -> str:
 
 def bound_text(bound: str, reason: str = "") -> str:
     """A bound in words: "exact", or "lower bound: max_rate (seeds 0, 2)"."""
-    if bound == "=":
-        return "exact"
     return f"{BOUND_WORDS[bound]}: {reason}" if reason else BOUND_WORDS[bound]
 
 
@@ -237,8 +231,7 @@ def _over_seeds(table: pd.DataFrame, keys: list[str], value: str) -> pd.DataFram
     """Per group of `keys`: mean and min-max over seeds of `value`, `exact` (every seed's is), the mean's bound and
     why it is one."""
     rows = []
-    for key, group in table.groupby(keys, sort=False, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
+    for key, group in table.groupby(keys, sort=False, dropna=False):   # keys a list: each key a tuple
         rows.append({**dict(zip(keys, key)), "mean": group[value].mean(), "min": group[value].min(),
                      "max": group[value].max(), "seeds": group["seed"].nunique(),
                      "exact": bool((group["bound"] == "=").all()), "bound": combined_bound(group["bound"]),
@@ -256,10 +249,9 @@ def ratio_table(capacity: pd.DataFrame, reference: str = "paged") -> pd.DataFram
     rows = []
     ok = name_bounds(capacity[capacity["capacity"].notna()])
     for key, group in ok.groupby(keys + ["seed"], sort=False):
-        key = key if isinstance(key, tuple) else (key,)
         refs = group[group["engine"] == reference]
-        for ref in refs.itertuples(index=False):
-            for base in group[group["engine"] != reference].itertuples(index=False):
+        for ref in refs.itertuples():
+            for base in group[group["engine"] != reference].itertuples():
                 bound = ratio_bound(ref.bound, base.bound)
                 why = ", ".join(f"{r.engine} {r.bound_reason}" for r in (ref, base) if r.bound != "=")
                 rows.append([*key, ref.block_size, base.engine, ref.capacity / base.capacity, bound, bound != "=",
@@ -277,7 +269,7 @@ def ratio_summary(ratios: pd.DataFrame) -> pd.DataFrame:
     out = _over_seeds(ratios, keys, "ratio")
     order = [e for e in reversed(ENGINE_ORDER)]
     out["_rank"] = out["baseline"].map(lambda e: order.index(e) if e in order else len(order))
-    return out.sort_values([*keys[:3], "_rank"], kind="mergesort").drop(columns="_rank").reset_index(drop=True)
+    return out.sort_values([*keys[:3], "_rank"]).drop(columns="_rank").reset_index(drop=True)
 
 
 def capacity_summary(capacity: pd.DataFrame) -> pd.DataFrame:
@@ -285,7 +277,7 @@ def capacity_summary(capacity: pd.DataFrame) -> pd.DataFrame:
     keys = [c for c in ("workload", "model", "criterion", "engine", "block_size", "preemption") if c in capacity]
     out = _over_seeds(name_bounds(capacity[capacity["capacity"].notna()]), keys, "capacity")
     out["_rank"] = out["engine"].map(engine_rank)
-    return out.sort_values([*keys[:3], "_rank"], kind="mergesort").drop(columns="_rank").reset_index(drop=True)
+    return out.sort_values([*keys[:3], "_rank"]).drop(columns="_rank").reset_index(drop=True)
 
 
 def curve_label(row) -> str:
