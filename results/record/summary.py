@@ -302,11 +302,12 @@ def steady(iterations: pd.DataFrame, requests: pd.DataFrame, lat: pd.DataFrame, 
         "steady_num_requests": int(arrived.sum()),
         "steady_requests_per_s": per_s(int(finished_in.sum())),
         "steady_output_tokens_per_s": per_s(window_tokens(iterations, inside, requests, start, end)),
-        "steady_memory_saving": memory_saving(inside) if length > 0 else math.nan,
-        "steady_mean_batch_size": batch_size(inside) if length > 0 else math.nan,
-        **{k: (v if length > 0 else math.nan) for k, v in memory_split(inside, "steady_mem").items()},
+        # No iteration starts in an empty window, and each of these three is NaN over no iteration.
+        "steady_memory_saving": memory_saving(inside),
+        "steady_mean_batch_size": batch_size(inside),
+        **memory_split(inside, "steady_mem"),
         **latency(lat[arrived & finished], itls(gaps, arrived & finished), "steady_", percentiles),
-        "steady_slo_attainment": float(met[arrived].mean()) if arrived.any() else math.nan,
+        "steady_slo_attainment": float(met[arrived].mean()),   # NaN when none arrived
         "steady_goodput_requests_per_s": per_s(int(met[arrived].sum())),
         **admission_blocked(inside),
     })
@@ -343,7 +344,7 @@ def summarize(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction:
         "output_tokens_per_s": rate(output_tokens(done)),
         "total_tokens_per_s": rate(output_tokens(done) + int(done["prompt_len"].sum())),
         "num_iterations": int(len(iterations)),
-        "num_preemptions": int(iterations["preempted"].sum()) if len(iterations) else 0,
+        "num_preemptions": int(iterations["preempted"].sum()),
         "kv_capacity_slots": int(iterations["capacity_slots"].iloc[0]) if len(iterations) else 0,
         "mean_batch_size": batch_size(iterations),
         "max_batch_size": int(iterations["batch_size"].max()) if len(iterations) else None,   # None: a peer's
@@ -359,10 +360,10 @@ def summarize(iterations: pd.DataFrame, requests: pd.DataFrame, warmup_fraction:
     # The same split over the iterations during which a request waited: while memory limits admission.
     waiting = iterations[iterations["num_waiting"] > 0]
     out.update(memory_split(waiting, "mem_waiting"))
-    busy = float(iterations["duration_s"].sum()) if len(iterations) else 0.0
+    busy = float(iterations["duration_s"].sum())
     out["waiting_time_fraction"] = float(waiting["duration_s"].sum()) / busy if busy > 0 else math.nan
     out.update(latency(lat[finished], itls(gaps, finished), "", percentiles))
-    out["slo_attainment"] = float(met.mean()) if len(requests) else math.nan
+    out["slo_attainment"] = float(met.mean())   # NaN without requests
     out["goodput_requests_per_s"] = rate(int(met.sum()))
     out.update(steady(iterations, requests, lat, gaps, met, warmup_fraction, percentiles))
     out["drain_s"] = end - out["window_end_s"] if len(done) else math.nan
