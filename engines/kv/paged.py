@@ -275,16 +275,20 @@ class PagedKV:
         self._will_fill += min(slots + bs, final) - min(slots, final)
         self._logical_slots += bs
 
-    def _group_needs(self, rows: list[list[int]], length: int) -> int:
+    def _group_needs(self, rows: list[list[int]], length: int, refs: list[int] | None = None,
+                     skipped: int = 0) -> int:
         """Blocks a group's decode step takes: a copy for each row writing into a block still shared after
-        the rows before it copied theirs, and a new block for each full table."""
-        bs, refs = self.block_size, self.pool.ref_counts
-        last = (length - 1) // bs
+        the rows before it copied theirs, and a new block for each full table. `refs`: the reference counts
+        of the rows' blocks (the device pool's by default); `skipped`: blocks at the front of every row not
+        in `rows` (a swapped group's kept prefix)."""
+        bs = self.block_size
+        refs = self.pool.ref_counts if refs is None else refs
+        last = (length - 1) // bs - skipped
         writers: dict[int, int] = {}
         need = 0
         for table in rows:
             writers[table[last]] = writers.get(table[last], 0) + 1
-            if length >= len(table) * bs:
+            if length >= (skipped + len(table)) * bs:
                 need += 1
         for block, count in writers.items():
             need += min(count, refs[block] - 1)
@@ -371,9 +375,13 @@ class PagedKV:
         return moved
 
     def can_swap_in(self, seq: Sequence, watermark: bool = True) -> bool:
-        """Room for the group's host blocks and for its next decode step (a copy and a new block per row at
-        most), above the watermark unless told otherwise; unused cached prefixes count as room."""
-        need = len(self._distinct(self.cpu_tables[seq.id])) + 2 * seq.width
+        """Room for the group's host blocks and for its next decode step (its copies and new blocks, counted
+        on the host tables, whose sharing the device tables keep), above the watermark unless told otherwise;
+        unused cached prefixes count as room."""
+        tables = self.cpu_tables[seq.id]
+        step = self._group_needs(tables, seq.prompt_len + seq.generated, self.cpu_pool.ref_counts,
+                                 len(self.swap_kept.get(seq.id, ())))
+        need = len(self._distinct(tables)) + step
         return need + (self.watermark_blocks if watermark else 0) <= self.pool.num_free + self._evictable()
 
     def swap_in(self, seq: Sequence) -> int:

@@ -80,8 +80,14 @@ class IterationScheduler:
                 break
             # With nothing running, the watermark has nothing to protect: never leave the queue stuck.
             if not self.kv.can_swap_in(seq, watermark=bool(seqs)):
-                break
-            self.swapped.popleft()
+                if seqs:
+                    break
+                # Nothing runs, yet the oldest does not fit: the prefix blocks a later swapped group keeps on
+                # the device take its room. Bring back the first that fits; the oldest follows once it ends.
+                seq = next((s for s in self.swapped if self.kv.can_swap_in(s, watermark=False)), None)
+                if seq is None:
+                    break
+            self.swapped.remove(seq)
             self.kv.swap_in(seq)
             if self.kv.grow_all([seq]) != 1:
                 raise RuntimeError(f"request {seq.id}: no room for its step right after swapping it in")
@@ -143,13 +149,11 @@ class IterationScheduler:
             swapped += self._preempt(seqs.pop())
             preempted += 1
             i = self.kv.grow_all(seqs, i)
-        # As vLLM: swapped groups come back only in a step that preempted nothing.
-        swapped_in = self._swap_in(seqs) if self.swapped and not preempted else 0
+        # As vLLM: swapped groups come back only in a step that preempted nothing, or in one that preempted
+        # every running group (a swapped group's kept prefix blocks can leave a lone sequence short of room).
+        swapped_in = self._swap_in(seqs) if self.swapped and (not preempted or not seqs) else 0
         if not seqs:
-            if self.swapped and not preempted:
-                return None   # nothing runs and the oldest swapped group does not fit: cannot happen
-            # Cannot happen: add() rejects a request that would not fit an empty pool.
-            raise RuntimeError(f"every running sequence was preempted ({preempted}); KV manager: {self.kv.describe()}")
+            return None
         contexts = []
         for s in seqs:
             contexts += [s.prompt_len + s.generated] * s.width

@@ -247,7 +247,7 @@ def test_a_request_needing_the_whole_pool_but_the_watermark_is_admitted_into_an_
 
 
 def test_swap_in_keeps_the_watermark_free_while_groups_run():
-    """can_swap_in asks for the group's blocks, two per row for its next step, and the watermark."""
+    """can_swap_in asks for the group's blocks, what its next step takes, and the watermark."""
     kv = PagedKV(20 * 4, 4, watermark=0.1, num_cpu_blocks=32)
     group = Sequence(Request(0, 0.0, tuple(range(10)), 20, n=2))
     assert kv.try_admit(group)
@@ -258,10 +258,12 @@ def test_swap_in_keeps_the_watermark_free_while_groups_run():
     assert moved == 3                                 # the shared 3 blocks of the prompt
     blocker = seq(1, 36)                              # 9 + 1 blocks
     assert kv.try_admit(blocker) and kv.pool.num_free == 10
-    # Needs 3 + 2 * 2 = 7 blocks, and 2 more for the watermark: 9 <= 10.
+    # Needs its 3 blocks and 1 copy (both rows write their 11th token into the shared block 2, which has room
+    # for the 12th: one row copies it, the other keeps it): 4, and 2 more for the watermark: 6 <= 10.
     assert kv.can_swap_in(group)
-    filler = seq(2, 1)                                # one block: 9 free, 7 + 2 still fit
-    assert kv.try_admit(filler) and kv.can_swap_in(group)
-    other = seq(3, 1)                                 # another: 8 free, 7 + 2 do not
+    for i in range(4):                                # four one-block requests: 6 free, 4 + 2 still fit
+        assert kv.try_admit(seq(2 + i, 1))
+    assert kv.pool.num_free == 6 and kv.can_swap_in(group)
+    other = seq(6, 1)                                 # another: 5 free, 4 + 2 do not
     assert kv.try_admit(other)
     assert not kv.can_swap_in(group) and kv.can_swap_in(group, watermark=False)
