@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
-
 import pytest
 import yaml
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "mutation_report.py"
+from paths import ROOT
+
+SCRIPT = ROOT / "scripts" / "mutation_report.py"
 spec = importlib.util.spec_from_file_location("mutation_report", SCRIPT)
 report = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(report)
