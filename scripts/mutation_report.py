@@ -75,6 +75,10 @@ def judge(status: dict[str, str], explained: dict, line_of) -> tuple[dict[str, C
         elif state in SURVIVED:
             problems.append(f"{state}, not explained: {name}: {line_of(name)}")
         counts[module_of(name)]["killed" if state in KILLED else "survived" if state in SURVIVED else state] += 1
+    for name in sorted(set(explained) - set(status)):
+        problems.append(f"stale explanation: {name} is no mutant any more")
+    for name in sorted(n for n in explained if status.get(n) in KILLED):
+        problems.append(f"stale explanation: {name} is killed now (its number may have moved: judge again)")
     return counts, problems
 
 

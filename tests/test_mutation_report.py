@@ -39,6 +39,19 @@ def test_an_explained_survivor_is_equivalent_while_its_line_still_reads_the_same
     assert problems == ["stale explanation: a.c.x_h__mutmut_1 no longer reads 'y = 0'"]
 
 
+def test_an_explanation_of_a_killed_or_vanished_mutant_is_stale():
+    """mutmut numbers mutants within a function: an edit can move a number onto another line; the line check
+    catches a survivor, and these catch an explained name that is killed or gone."""
+    status = {"a.b.x_f__mutmut_1": "killed", "a.b.x_f__mutmut_2": "survived"}
+    explained = {"a.b.x_f__mutmut_1": {"line": "return x + 1", "why": "no longer"},
+                 "a.b.x_f__mutmut_2": {"line": "return x - 2", "why": "still the same"},
+                 "a.b.x_f__mutmut_9": {"line": "y = 1", "why": "gone since"}}
+    counts, problems = report.judge(status, explained, LINES.get)
+    assert counts["a.b"] == {"killed": 1, "equivalent": 1}
+    assert problems == ["stale explanation: a.b.x_f__mutmut_9 is no mutant any more",
+                        "stale explanation: a.b.x_f__mutmut_1 is killed now (its number may have moved: judge again)"]
+
+
 def test_the_kill_rate_leaves_out_equivalents_and_unchecked_mutants_and_flags_low_modules():
     from collections import Counter
 

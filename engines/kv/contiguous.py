@@ -211,6 +211,10 @@ class ContiguousKV:
     def swap_in(self, seq: Sequence) -> int:
         raise RuntimeError("a contiguous KV manager has no host pool to swap from")
 
+    def spill_kept(self, seq: Sequence) -> int:
+        """Nothing: no group is ever swapped out."""
+        return 0
+
     def split(self, held, next_waiting: Sequence | None, stored: int | None = None) -> MemorySplit:
         """The split with `held` the sequences holding regions; `stored`, if the caller keeps it, their tokens."""
         if stored is None:

@@ -409,6 +409,25 @@ class PagedKV:
         self._add_rows(seq, new_tables)
         return moved
 
+    def spill_kept(self, seq: Sequence) -> int:
+        """Move the cached prefix blocks a swapped group keeps on the device to the host pool as well (a copy
+        each; the cache keeps its own reference, so they stay cached and become evictable): the room another
+        group needs when nothing runs. The group comes back with private copies of them. The blocks moved: 0
+        when it keeps none or the host pool cannot take them."""
+        kept = self.swap_kept.get(seq.id)
+        if not kept or len(kept) > self.cpu_pool.num_free:
+            return 0
+        del self.swap_kept[seq.id]
+        rows = self.cpu_tables[seq.id]
+        host = [self.cpu_pool.allocate() for _ in kept]
+        for block, copy in zip(kept, host):
+            self._moves.append(("out", block, copy))
+            self.pool.release(block)     # the reference the group kept while swapped
+            for _ in rows[1:]:
+                self.cpu_pool.share(copy)
+        self.cpu_tables[seq.id] = [host + row for row in rows]
+        return len(kept)
+
     def _remap(self, tables, start: int, pool: BlockPool, kind: str, share) -> tuple[list[list[int]], int]:
         """Give each distinct block of `tables` (rows from table index `start` on) a new block of `pool`, queued
         as a `kind` move; a block met again is shared (`share(new block, index)`). The tables of new blocks,

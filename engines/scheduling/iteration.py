@@ -78,13 +78,10 @@ class IterationScheduler:
             seq = self.swapped[0]
             if self._rows + seq.width > self.limits.max_num_seqs:
                 break
-            # With nothing running, the watermark has nothing to protect: never leave the queue stuck.
-            if not self.kv.can_swap_in(seq, watermark=bool(seqs)):
+            if not self.kv.can_swap_in(seq):
                 if seqs:
                     break
-                # Nothing runs, yet the oldest does not fit: the prefix blocks a later swapped group keeps on
-                # the device take its room. Bring back the first that fits; the oldest follows once it ends.
-                seq = next((s for s in self.swapped if self.kv.can_swap_in(s, watermark=False)), None)
+                seq = self._unstick()
                 if seq is None:
                     break
             self.swapped.remove(seq)
@@ -96,6 +93,20 @@ class IterationScheduler:
             seqs.append(seq)
             back += 1
         return back
+
+    def _unstick(self) -> Sequence | None:
+        """Nothing runs and the oldest swapped group does not fit above the watermark: the watermark has nothing
+        to protect, and the prefix blocks later swapped groups keep on the device may take its room. The first
+        swapped group that fits without the watermark; failing that, the oldest, once later groups' kept blocks
+        have moved to the host (None if they cannot)."""
+        for seq in self.swapped:
+            if self.kv.can_swap_in(seq, watermark=False):
+                return seq
+        oldest = self.swapped[0]
+        for seq in list(self.swapped)[1:]:
+            if self.kv.spill_kept(seq) and self.kv.can_swap_in(oldest, watermark=False):
+                return oldest
+        return None
 
     def _hold(self, seq: Sequence) -> None:
         self.running[seq.id] = seq

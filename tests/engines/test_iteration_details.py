@@ -168,3 +168,39 @@ def test_a_lone_request_short_of_room_for_a_swapped_groups_kept_prefix_lets_that
         run_to_end(sched, [a, g])
         assert a.status is Status.FINISHED and g.status is Status.FINISHED, preemption
         assert a.finish_s > g.finish_s and a.preemptions >= 1 and g.swaps >= 1, preemption
+
+
+def test_two_swapped_requests_whose_kept_prefixes_block_each_other_both_finish():
+    """10 blocks, two requests of different cached prefixes (2 and 1 blocks) that each need most of the pool.
+    Each ends up swapped out holding its prefix blocks on the device, where they take the room the other needs
+    to come back: with nothing running, the later one's kept blocks move to the host and the oldest returns."""
+    for preemption in ("swap", "auto"):
+        sched = scheduler(10, watermark=0.0, preemption=preemption)
+        a, b = seq(0, 17, 21, prefix_id=0, prefix_len=8), seq(1, 19, 21, prefix_id=1, prefix_len=4)
+        run_to_end(sched, [a, b])
+        assert a.status is Status.FINISHED and b.status is Status.FINISHED, preemption
+        assert not sched.kv.cpu_tables and not sched.kv.swap_kept, preemption
+
+
+def test_with_nothing_running_the_oldest_swapped_group_comes_back_without_the_watermark():
+    """12 blocks. H (prompt 35: 36 tokens, 9 full blocks) and P (prompt 10 with a cached prefix of 8 tokens: 2
+    prefix blocks and 1 more) are both swapped out; P keeps its 2 prefix blocks on the device: 10 free. H needs
+    its 9 blocks and 1 for its next token: 10, all that is free. With a watermark of 1 it would not fit; with
+    nothing running it comes back all the same, ahead of P."""
+    kv = PagedKV(12 * BS, BS, watermark=0.0, num_cpu_blocks=64)
+    sched = IterationScheduler(kv, SchedulerLimits(max_seq_len=80), "swap")
+    h, p = seq(0, 35, 4), seq(1, 10, 10, prefix_id=0, prefix_len=8)
+    for s in (h, p):
+        assert kv.try_admit(s)
+        kv.prefilled(s)
+        s.generated = 1
+    assert kv.pool.num_free == 0
+    kv.watermark_blocks = 1
+    for s in (p, h):
+        kv.swap_out(s)
+        s.status = Status.SWAPPED
+        sched.swapped.appendleft(s)
+    assert kv.pool.num_free == 10 and list(sched.swapped) == [h, p]
+    assert not kv.can_swap_in(h) and kv.can_swap_in(h, watermark=False)
+    batch = sched.schedule(0.0)
+    assert batch.decode == [h] and batch.swapped_in == 1 and list(sched.swapped) == [p]

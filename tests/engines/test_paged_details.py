@@ -285,3 +285,61 @@ def test_a_group_swapped_out_before_its_prefill_has_no_cached_tokens():
     assert kv.swap_out(g) == 1                              # the rows' one shared private block
     assert not kv.holds(g)
     assert kv.cached_tokens(g) == 0
+
+
+def test_a_swapped_group_moves_its_kept_prefix_blocks_to_the_host_and_comes_back_with_copies():
+    kv = PagedKV(8 * 4, block_size=4, watermark=0.0, num_cpu_blocks=8)
+    cache_prefix(kv, 0, prefix_id=1)                        # block 0 cached
+    g = group(1, 6, 4, width=2, prefix_id=1, prefix_len=4)
+    assert kv.try_admit(g)
+    kv.prefilled(g)
+    g.generated = 1
+    assert kv.grow_all([g]) == 1
+    drained(kv)
+    prefix = kv.prefix_blocks[1]
+    assert kv.swap_out(g) == 2 and kv.swap_kept == {g.id: prefix}
+    drained(kv)
+    free, evictable = kv.pool.num_free, kv._evictable()
+    assert kv.spill_kept(g) == 1
+    assert g.id not in kv.swap_kept and kv.prefix_blocks[1] == prefix       # still cached, now evictable
+    assert kv.pool.num_free == free and kv._evictable() == evictable + 1
+    rows = kv.cpu_tables[g.id]
+    assert len(rows) == 2 and rows[0][0] == rows[1][0] and rows[0][1:] != rows[1][1:]
+    assert kv.cpu_pool.ref_counts[rows[0][0]] == 2                          # one reference per row
+    assert kv._moves[-1:] == [("out", prefix[0], rows[0][0])]
+    assert kv.spill_kept(g) == 0                                            # nothing kept any more
+    assert kv.swap_in(g) == 3
+    tables = kv.block_tables[g.id]
+    assert tables[0][0] == tables[1][0] != prefix[0]                        # a private copy, shared by the rows
+    check_invariants(kv, [g])
+    kv.free(g)
+    assert kv.cpu_pool.num_free == 8
+
+
+def test_spilling_needs_room_in_the_host_pool():
+    kv = PagedKV(8 * 4, block_size=4, watermark=0.0, num_cpu_blocks=1)
+    cache_prefix(kv, 0, prefix_id=1)
+    g = group(1, 6, 2, prefix_id=1, prefix_len=4)
+    assert kv.try_admit(g)
+    kv.prefilled(g)
+    g.generated = 1
+    assert kv.swap_out(g) == 1 and kv.cpu_pool.num_free == 0
+    assert kv.spill_kept(g) == 0 and kv.swap_kept == {g.id: kv.prefix_blocks[1]}
+
+
+def test_a_swapped_row_with_a_full_table_needs_exactly_one_more_block_to_come_back():
+    """One row of 12 tokens (3 full blocks) swapped out: its way back takes its 3 blocks and 1 for its next
+    token, so 4 free blocks are enough and 3 are not."""
+    kv = PagedKV(8 * 4, block_size=4, watermark=0.0, num_cpu_blocks=8)
+    s = group(0, 11, 4)
+    assert kv.try_admit(s)
+    kv.prefilled(s)
+    s.generated = 1
+    assert len(kv.block_tables[s.id][0]) == 3                # its 12th token (the one it produced) is stored
+    assert kv.swap_out(s) == 3
+    blocker = group(1, 15, 1)                                # 4 blocks: 4 free
+    assert kv.try_admit(blocker) and kv.pool.num_free == 4
+    assert kv.can_swap_in(s)
+    other = group(2, 3, 1)                                   # 1 block: 3 free
+    assert kv.try_admit(other) and kv.pool.num_free == 3
+    assert not kv.can_swap_in(s) and not kv.can_swap_in(s, watermark=False)

@@ -189,7 +189,12 @@ def test_a_curve_without_a_block_size_keeps_its_own_row():
 
 
 def test_the_capacity_command_counts_unfinished_searches(tmp_path, capsys):
-    pd.DataFrame([row("paged", 4.0, block_size=16), {**row("static", 1.0, bound=">="), "done": False}]).to_csv(
-        tmp_path / cap.CAPACITY_CSV, index=False)
+    pd.DataFrame([row("paged", 4.0, block_size=16), row("orca-max", 2.0),
+                  {**row("static", 1.0, bound=">="), "done": False}]).to_csv(tmp_path / cap.CAPACITY_CSV, index=False)
     assert cap.main([str(tmp_path)]) == 0
-    assert capsys.readouterr().out.splitlines()[0] == f"{tmp_path}: 2 searches, 1 unfinished"
+    assert capsys.readouterr().out.splitlines()[0] == f"{tmp_path}: 3 searches, 1 unfinished"
+
+
+def test_large_capacities_are_printed_to_three_significant_digits_in_lower_case():
+    table = pd.DataFrame([row("paged", 12345.0, block_size=16)])
+    assert "1.23e+04 (1.23e+04-1.23e+04)" in cap.format_capacity(table)
