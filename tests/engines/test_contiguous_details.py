@@ -69,6 +69,7 @@ def test_holds_and_the_constant_answers():
     assert not kv.can_swap_out(seq)
     assert not kv.can_swap_in(seq)
     assert not kv.can_swap_in(seq, watermark=False)
+    assert kv.spill_kept(seq) == 0          # never swapped: no kept block to move
     kv.free(seq)
     assert not kv.holds(seq)
 
