@@ -104,7 +104,8 @@ class IterationScheduler:
                 return seq
         oldest = self.swapped[0]
         for seq in list(self.swapped)[1:]:
-            if self.kv.spill_kept(seq) and self.kv.can_swap_in(oldest, watermark=False):
+            self.kv.spill_kept(seq)
+            if self.kv.can_swap_in(oldest, watermark=False):
                 return oldest
         return None
 

@@ -204,3 +204,40 @@ def test_with_nothing_running_the_oldest_swapped_group_comes_back_without_the_wa
     assert not kv.can_swap_in(h) and kv.can_swap_in(h, watermark=False)
     batch = sched.schedule(0.0)
     assert batch.decode == [h] and batch.swapped_in == 1 and list(sched.swapped) == [p]
+
+
+def test_with_nothing_running_and_nothing_fitting_later_groups_spill_their_kept_prefix_for_the_oldest():
+    """12 blocks. P (prompt 47 with a cached prefix of 8 tokens: 48 tokens, 12 full blocks) is swapped out and
+    keeps its 2 prefix blocks on the device; H then grows to the 10 others (40 tokens) and is swapped out too.
+    Neither fits what is free (10): each needs its blocks and 1 for its next token, 11. P's kept blocks move to
+    the host (the cache keeps them, evictable): 12 of room, and H (the oldest) comes back, leaving no watermark
+    (2 blocks) since nothing else runs."""
+    kv = PagedKV(12 * BS, BS, watermark=0.0, num_cpu_blocks=64)
+    sched = IterationScheduler(kv, SchedulerLimits(max_seq_len=80), "swap")
+    h, p = seq(0, 3, 40), seq(1, 47, 10, prefix_id=0, prefix_len=8)
+    assert kv.try_admit(p)
+    kv.prefilled(p)
+    p.generated = 1
+    kv.swap_out(p)
+    prefix = list(kv.prefix_blocks[0])
+    assert kv.swap_kept == {p.id: prefix} and kv.pool.num_free == 10
+    assert kv.try_admit(h)
+    kv.prefilled(h)
+    h.generated = 1
+    while h.prompt_len + h.generated < 39:
+        h.generated += 1
+        assert kv.grow_all([h]) == 1
+    assert len(kv.block_tables[h.id][0]) == 10 and kv.pool.num_free == 0
+    h.generated += 1                                  # its 40th token stored: the next needs an 11th block
+    assert kv.grow_all([h]) == 0
+    kv.swap_out(h)
+    kv.watermark_blocks = 2
+    for s in (p, h):
+        s.status = Status.SWAPPED
+        sched.swapped.appendleft(s)
+    assert not kv.can_swap_in(h, watermark=False) and not kv.can_swap_in(p, watermark=False)
+    batch = sched.schedule(0.0)
+    assert batch.decode == [h] and batch.swapped_in == 1 and list(sched.swapped) == [p]
+    # P's 2 prefix blocks copied to the host, after the two swap-outs set up here (not drained by a step).
+    # (H's way back then evicted that prefix from the cache: it needed 11 of the 12.)
+    assert p.id not in kv.swap_kept and [a for a, _ in batch.swap_out[-2:]] == prefix and 0 not in kv.prefix_blocks

@@ -343,3 +343,14 @@ def test_a_swapped_row_with_a_full_table_needs_exactly_one_more_block_to_come_ba
     other = group(2, 3, 1)                                   # 1 block: 3 free
     assert kv.try_admit(other) and kv.pool.num_free == 3
     assert not kv.can_swap_in(s) and not kv.can_swap_in(s, watermark=False)
+
+
+def test_spilling_fits_a_host_pool_with_exactly_the_room_for_the_kept_blocks():
+    kv = PagedKV(8 * 4, block_size=4, watermark=0.0, num_cpu_blocks=2)
+    cache_prefix(kv, 0, prefix_id=1)
+    g = group(1, 6, 2, prefix_id=1, prefix_len=4)
+    assert kv.try_admit(g)
+    kv.prefilled(g)
+    g.generated = 1
+    assert kv.swap_out(g) == 1 and kv.cpu_pool.num_free == 1
+    assert kv.spill_kept(g) == 1 and kv.cpu_pool.num_free == 0 and not kv.swap_kept
