@@ -316,15 +316,19 @@ def test_a_swapped_group_moves_its_kept_prefix_blocks_to_the_host_and_comes_back
     assert kv.cpu_pool.num_free == 8
 
 
-def test_spilling_needs_room_in_the_host_pool():
-    kv = PagedKV(8 * 4, block_size=4, watermark=0.0, num_cpu_blocks=1)
+@pytest.mark.parametrize("host_blocks, spilled", [(1, 0), (2, 1)])
+def test_spilling_needs_room_in_the_host_pool_for_the_kept_blocks(host_blocks, spilled):
+    """One row keeping 1 prefix block, its other block on the host: a host pool of 1 has no room left for the kept
+    block, one of 2 has exactly that room."""
+    kv = PagedKV(8 * 4, block_size=4, watermark=0.0, num_cpu_blocks=host_blocks)
     cache_prefix(kv, 0, prefix_id=1)
     g = group(1, 6, 2, prefix_id=1, prefix_len=4)
     assert kv.try_admit(g)
     kv.prefilled(g)
     g.generated = 1
-    assert kv.swap_out(g) == 1 and kv.cpu_pool.num_free == 0
-    assert kv.spill_kept(g) == 0 and kv.swap_kept == {g.id: kv.prefix_blocks[1]}
+    assert kv.swap_out(g) == 1 and kv.cpu_pool.num_free == host_blocks - 1
+    assert kv.spill_kept(g) == spilled and kv.cpu_pool.num_free == host_blocks - 1 - spilled
+    assert kv.swap_kept == ({} if spilled else {g.id: kv.prefix_blocks[1]})
 
 
 def test_a_swapped_row_with_a_full_table_needs_exactly_one_more_block_to_come_back():
@@ -343,14 +347,3 @@ def test_a_swapped_row_with_a_full_table_needs_exactly_one_more_block_to_come_ba
     other = group(2, 3, 1)                                   # 1 block: 3 free
     assert kv.try_admit(other) and kv.pool.num_free == 3
     assert not kv.can_swap_in(s) and not kv.can_swap_in(s, watermark=False)
-
-
-def test_spilling_fits_a_host_pool_with_exactly_the_room_for_the_kept_blocks():
-    kv = PagedKV(8 * 4, block_size=4, watermark=0.0, num_cpu_blocks=2)
-    cache_prefix(kv, 0, prefix_id=1)
-    g = group(1, 6, 2, prefix_id=1, prefix_len=4)
-    assert kv.try_admit(g)
-    kv.prefilled(g)
-    g.generated = 1
-    assert kv.swap_out(g) == 1 and kv.cpu_pool.num_free == 1
-    assert kv.spill_kept(g) == 1 and kv.cpu_pool.num_free == 0 and not kv.swap_kept

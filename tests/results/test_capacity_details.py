@@ -12,16 +12,7 @@ import pytest
 
 from results.sweeps import capacity as cap
 from results.sweeps.capacity import Criterion, RateSearch
-
-
-def run_search(passes, **kwargs) -> tuple[RateSearch, list[float]]:
-    s = RateSearch(**kwargs)
-    probed = []
-    while (rate := s.next_rate()) is not None:
-        probed.append(rate)
-        s.record(rate, passes(rate))
-        assert len(probed) < 100, probed
-    return s, probed
+from tests.results.test_capacity_search_edges import run_search
 
 
 def row(engine, capacity, *, seed=0, bound="=", block_size=None, **extra) -> dict:
