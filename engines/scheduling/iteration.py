@@ -14,7 +14,7 @@ recently admitted group is preempted (`preemption`):
   queue, keeping its output; its next prefill recomputes it;
 - `swap`: its blocks move to the host pool (vLLM's swap space) and it waits
   in the swapped queue; swapped groups come back, oldest first, before any
-  new request is admitted;
+  new request is admitted (with nothing running, see `_unstick`);
 - `auto` (vLLM's rule): recompute a group of one sequence, swap a group of
   several.
 
@@ -72,7 +72,8 @@ class IterationScheduler:
 
     def _swap_in(self, seqs: list[Sequence]) -> int:
         """After the running groups are readied for the step: bring swapped groups back, oldest first, while
-        the pool (with room for their step) and the sequence limit allow; they join `seqs`, readied."""
+        the pool (with room for their step) and the sequence limit allow; they join `seqs`, readied. With nothing
+        running, a head that does not fit gives way as `_unstick` says."""
         back = 0
         while self.swapped:
             seq = self.swapped[0]
