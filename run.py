@@ -5,6 +5,7 @@
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass
 import logging
 from pathlib import Path
@@ -17,9 +18,10 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from engines.config import EngineConfig, SchedulerLimits
-from engines.loop import run_engine
-from engines.peers.replay import PEER_BACKENDS, PeerUnavailable, peer_config, replay_peer
-from engines.protocols import Backend
+from engines.loop import EngineRunner
+from engines.peers.replay import PEER_BACKENDS, PeerRunner, PeerUnavailable, peer_config
+from engines.protocols import Backend, Runner
+from engines.run_record import ServedRun
 from engines.sim.build import SimBackendConfig, build_sim
 from engines.specs.hardware import HardwareSpec
 from engines.specs.model import ModelSpec
@@ -106,8 +108,15 @@ class RunConfig:
             raise ValueError(SAMPLING_NEEDS_TEMPERATURE)
         return cls(engine, workload, model, limits, measure, backend, None)
 
+    def build_runner(self, gpu_memory_utilization: float) -> Runner:
+        """What serves the trace: a peer, or our engine on the backend's builder output (a scheduler, an
+        executor and what to record)."""
+        if self.backend.name in PEER_BACKENDS:
+            return PeerRunner(self.backend, self.model)
+        return EngineRunner(self.build_backend(gpu_memory_utilization), self.engine.label, self.model.name)
+
     def build_backend(self, gpu_memory_utilization: float) -> Backend:
-        """The backend's builder: a scheduler, an executor and what to record."""
+        """Our engine on the backend's builder: a scheduler, an executor and what to record."""
         if self.hardware is not None:
             return build_sim(self.backend, self.model, self.hardware, self.engine, self.limits, gpu_memory_utilization)
         from engines.real.build import build_real
@@ -128,12 +137,12 @@ class RunFailed(Exception):
 
 
 def run(cfg: DictConfig, run_dir: Path, metadata: dict | None = None) -> dict:
-    """Check the config, build the trace and the backend, serve, and write the run folder; the summary.
-    `metadata`: the run's provenance block (made here when the caller has none)."""
+    """Check the config, build the trace and the runner (one of our engines or a peer), serve, judge and write
+    the run folder; the summary. `metadata`: the run's provenance block (made here when the caller has none)."""
     rc = RunConfig.parse(cfg)
     if metadata is None:
         metadata = provenance.run_metadata(plain(cfg))
-    engine, workload, model = rc.engine, rc.workload, rc.model
+    engine, workload = rc.engine, rc.workload
     requests = build_workload(workload)
     width = max((max(r.n, r.beam_width) for r in requests), default=1)
     engine.check_width(width)
@@ -141,72 +150,61 @@ def run(cfg: DictConfig, run_dir: Path, metadata: dict | None = None) -> dict:
         raise ValueError(SAMPLING_NEEDS_TEMPERATURE)
     stats = trace_stats(requests)
     log.info("%s", format_stats(stats, workload.label))
-    if cfg.backend.name in PEER_BACKENDS:
-        return run_peer(cfg, rc, run_dir, metadata, requests, stats)
-    backend = rc.build_backend(cfg.gpu_memory_utilization)
-    log.info("%s", backend.describe())
-    log.info("engine %s: %s", engine.label, backend.scheduler.kv.describe())
-
+    runner = rc.build_runner(cfg.gpu_memory_utilization)
+    log.info("%s", runner.describe())
     wandb_config = {**plain(cfg), "metadata": without_config(metadata)}
-    with live_run(plain(cfg.logger), wandb_config, run_dir, wandb_name(engine, workload), multirun_group(),
-                  backend.scheduler.kv.capacity, requests) as live:
-        backend.executor.warmup()
-        backend.executor.start_clock()
-        record = run_engine(requests, backend.scheduler, backend.executor, progress=cfg.progress,
-                            stop_at_last_arrival=cfg.stop_at_last_arrival,
-                            on_iteration=live.series if live is not None else None)
-        iterations, reqs = iterations_frame(record), requests_frame(record)
-        rejected = reqs[reqs["status"] == "rejected"]
-        if len(rejected):
-            log.warning("%d requests rejected, e.g. request %d: %s", len(rejected),
-                        rejected["id"].iloc[0], rejected["rejected_reason"].iloc[0])
-        if not (reqs["status"] == "finished").any():
-            save_tables(run_dir, iterations, reqs, metadata)   # kept to see why; no summary: this is no result
-            why = (f"all {len(reqs)} requests were rejected, e.g. request {rejected['id'].iloc[0]}: "
-                   f"{rejected['rejected_reason'].iloc[0]}" if len(rejected) == len(reqs) and len(reqs) else
-                   f"the run stopped at t = {record.end_s:.3g} s (stop_at_last_arrival) before any request finished"
-                   if cfg.stop_at_last_arrival else f"none of {len(reqs)} requests finished")
-            raise RunFailed(f"no request finished: {why}")
-        setting = RunSetting(engine, workload, model.name, cfg.backend.name, backend.summary_fields(), width, stats,
-                             cfg.get("experiment_name"), bool(cfg.stop_at_last_arrival))
-        busy = float(iterations["duration_s"].sum())
-        summary = build_summary(setting, iterations, reqs, record.wall_s, rc.measure.warmup_fraction,
-                                rc.measure.slo, backend.after_run_fields(busy), percentiles=rc.measure.percentiles)
-        summary["metadata"] = metadata
-        save_run(run_dir, iterations, reqs, summary, rc.measure.vllm_detailed)
+    logging_live = (live_run(plain(cfg.logger), wandb_config, run_dir, wandb_name(engine, workload),
+                             multirun_group(), runner.capacity, requests) if runner.live else nullcontext())
+    with logging_live as live:
+        served = runner.serve(requests, cfg.progress, bool(cfg.stop_at_last_arrival),
+                              live.series if live is not None else None)
+        summary = judge_and_save(cfg, rc, run_dir, metadata, served, stats, width)
         if live is not None:
-            live.end(reqs, {k: v for k, v in summary.items() if k != "metadata"})
-    title = (f"{engine.label} | {workload.label} x{len(requests)} | {model.name} on {backend.where} | "
-             f"{cfg.backend.name} | {record.wall_s:.1f}s wall")
+            live.end(requests_frame(served.record), {k: v for k, v in summary.items() if k != "metadata"})
+    if not runner.live:   # logger=wandb: the finished run, logged from its folder (no live series)
+        log_run_folder(run_dir, plain(cfg.logger), multirun_group())
+    title = " | ".join(p for p in (served.label, f"{workload.label} x{len(requests)}", served.where,
+                                   cfg.backend.name, f"{served.record.wall_s:.1f}s wall") if p)
     log.info("\n%s\nresults: %s", format_summary(summary, title), run_dir)
     return summary
 
 
-def run_peer(cfg: DictConfig, rc: RunConfig, run_dir: Path, metadata: dict, requests: list, stats: dict) -> dict:
-    """A peer (transformers' engine in process, or an endpoint) replays the trace; the same tables and summary."""
-    peer = replay_peer(requests, rc.backend, rc.model, cfg.progress)
-    iterations, reqs = iterations_frame(peer.record), requests_frame(peer.record)
-    if peer.failures:
-        log.warning("%d of %d requests failed, e.g. %s", len(peer.failures), len(reqs), peer.failures[0])
+def judge_and_save(cfg: DictConfig, rc: RunConfig, run_dir: Path, metadata: dict, served: ServedRun,
+                   stats: dict, width: int) -> dict:
+    """Tabulate what was served, refuse a run that is no result (nothing finished; a peer's failed requests,
+    kept with the tables in error.json so the next run is not skipped), summarise and save; the summary."""
+    record, failures = served.record, served.failures
+    iterations, reqs = iterations_frame(record), requests_frame(record)
+    rejected = reqs[reqs["status"] == "rejected"]
+    if len(rejected):
+        log.warning("%d requests rejected, e.g. request %d: %s", len(rejected),
+                    rejected["id"].iloc[0], rejected["rejected_reason"].iloc[0])
+    if failures:
+        log.warning("%d of %d requests failed, e.g. %s", len(failures), len(reqs), failures[0])
+    detail = {"kind": "requests failed", "failures": failures} if served.peer else None
     if not (reqs["status"] == "finished").any():
-        save_tables(run_dir, iterations, reqs, metadata)
-        raise RunFailed(f"no request finished on {peer.label}: "
-                        f"{peer.failures[0] if peer.failures else 'none came back'}",
-                        {"kind": "requests failed", "failures": peer.failures})
-    setting = RunSetting(rc.engine, rc.workload, rc.model.name, cfg.backend.name, peer.fields, 1, stats,
-                         cfg.get("experiment_name"), bool(cfg.stop_at_last_arrival), peer=peer.label)
-    summary = build_summary(setting, iterations, reqs, peer.record.wall_s, rc.measure.warmup_fraction,
-                            rc.measure.slo, peer.after_run, percentiles=rc.measure.percentiles)
+        save_tables(run_dir, iterations, reqs, metadata)   # kept to see why; no summary: this is no result
+        if served.peer:
+            why = f"on {served.label}: {failures[0] if failures else 'none came back'}"
+        elif len(rejected) == len(reqs) and len(reqs):
+            why = (f": all {len(reqs)} requests were rejected, e.g. request {rejected['id'].iloc[0]}: "
+                   f"{rejected['rejected_reason'].iloc[0]}")
+        elif cfg.stop_at_last_arrival:
+            why = f": the run stopped at t = {record.end_s:.3g} s (stop_at_last_arrival) before any request finished"
+        else:
+            why = f": none of {len(reqs)} requests finished"
+        raise RunFailed(f"no request finished{' ' if served.peer else ''}{why}", detail)
+    setting = RunSetting(rc.engine, rc.workload, rc.model.name, cfg.backend.name, served.fields,
+                         1 if served.peer else width, stats, cfg.get("experiment_name"),
+                         bool(cfg.stop_at_last_arrival), peer=served.label if served.peer else None)
+    summary = build_summary(setting, iterations, reqs, record.wall_s, rc.measure.warmup_fraction,
+                            rc.measure.slo, served.after_run, percentiles=rc.measure.percentiles)
     summary["metadata"] = metadata
-    if peer.failures:   # not a result: kept in error.json (with the tables), so the next run is not skipped
+    if failures:   # not a result: kept in error.json (with the tables), so the next run is not skipped
         save_tables(run_dir, iterations, reqs, metadata)
-        raise RunFailed(f"{len(peer.failures)} of {len(reqs)} requests failed on {peer.label}, e.g. "
-                        f"{peer.failures[0]}", {"kind": "requests failed", "failures": peer.failures,
-                                                "partial_summary": summary})
+        raise RunFailed(f"{len(failures)} of {len(reqs)} requests failed on {served.label}, e.g. {failures[0]}",
+                        {**detail, "partial_summary": summary})
     save_run(run_dir, iterations, reqs, summary, rc.measure.vllm_detailed)
-    log_run_folder(run_dir, plain(cfg.logger), multirun_group())   # logger=wandb: the finished run (no live series)
-    title = f"{peer.label} | {rc.workload.label} x{len(requests)} | {cfg.backend.name} | {peer.record.wall_s:.1f}s wall"
-    log.info("\n%s\nresults: %s", format_summary(summary, title), run_dir)
     return summary
 
 

@@ -11,12 +11,14 @@ may lack is a field every implementation sets (`KVManager.paged`,
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sized
+from collections.abc import Callable, Collection, Iterable, Sized
 from typing import Protocol
 
 from engines.batch import Batch
 from engines.kv.memory_split import MemorySplit
+from engines.run_record import IterationRow, ServedRun
 from engines.sequence import Sequence
+from workloads.request import Request
 
 
 class KVManager(Protocol):
@@ -94,3 +96,14 @@ class Backend(Protocol):
     def describe(self) -> str: ...
     def summary_fields(self) -> dict: ...                               # the backend's keys in the summary
     def after_run_fields(self, busy_s: float) -> dict: ...              # keys known once the run has ended
+
+
+class Runner(Protocol):
+    """Requests in, run record out: one of our engines (a Backend stepped by the trace driver) or a peer."""
+
+    live: bool           # iterations are reported as they run (`on_iteration` is called): a live logger helps
+    capacity: int        # KV token slots (0: a peer's are unknown)
+
+    def describe(self) -> str: ...
+    def serve(self, requests: list[Request], progress: bool | None, stop_at_last_arrival: bool,
+              on_iteration: Callable[[IterationRow], None] | None) -> ServedRun: ...

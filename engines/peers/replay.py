@@ -10,25 +10,14 @@ serving benchmark reads (TTFT, TPOT, ITL, end-to-end latency, throughput).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
-from engines.loop import RunRecord
+from engines.run_record import IterationRow, RunRecord, ServedRun
 from engines.peers.timeline import Measured, to_sequence
 from engines.specs.model import ModelSpec
 from workloads.request import Request
 
 PEER_BACKENDS = ("transformers", "http")
-
-
-@dataclass(slots=True)
-class PeerRun:
-    """What a peer's replay gave: the record our tables read, and the summary's keys for the peer."""
-
-    record: RunRecord
-    label: str                                   # the summary's `engine`
-    fields: dict                                 # the summary's backend keys, known before the replay
-    after_run: dict = field(default_factory=dict)   # known once it has ended
-    failures: list[str] = field(default_factory=list)   # each failed request's reason, in id order
 
 
 class PeerUnavailable(Exception):
@@ -60,7 +49,7 @@ def as_record(measured: list[Measured], wall_s: float) -> tuple[RunRecord, list[
     return record, [f"request {s.id}: {s.rejected_reason}" for s in seqs if s.status.value == "failed"]
 
 
-def replay_peer(requests: list[Request], cfg, model: ModelSpec, progress: bool | None) -> PeerRun:
+def replay_peer(requests: list[Request], cfg, model: ModelSpec, progress: bool | None) -> ServedRun:
     """Replay `requests` on the peer of `cfg` at their arrival times and record what it measured."""
     check_width(requests, cfg.name)
     if cfg.name == "transformers":
@@ -70,7 +59,7 @@ def replay_peer(requests: list[Request], cfg, model: ModelSpec, progress: bool |
         record, failures = as_record(measured, wall_s)
         label = f"transformers-cb ({cfg.attention})"
         fields = {"device": info.get("device"), "dtype": info.get("dtype"), "peer": info}
-        return PeerRun(record, label, fields, {}, failures)
+        return ServedRun(record, label, f"{model.name} on {info.get('device')}", fields, {}, failures, peer=True)
     from engines.peers.http_client import replay_http, server_info
 
     from engines.peers.http_client import EndpointUnreachable
@@ -83,4 +72,22 @@ def replay_peer(requests: list[Request], cfg, model: ModelSpec, progress: bool |
     record, failures = as_record(measured, wall_s)
     served = info["model"]              # cfg.model, else the first the server lists (server_info)
     fields = {"url": cfg.url, "endpoint": cfg.endpoint, "served_model": served, "server": info}
-    return PeerRun(record, f"http ({served})", fields, {}, failures)
+    return ServedRun(record, f"http ({served})", cfg.url, fields, {}, failures, peer=True)
+
+
+class PeerRunner:
+    """A peer as a `Runner`: it replays the trace at its arrival times; no iteration is seen while it runs."""
+
+    live = False
+    capacity = 0
+
+    def __init__(self, cfg, model: ModelSpec):
+        self.cfg = cfg
+        self.model = model
+
+    def describe(self) -> str:
+        return f"peer backend={self.cfg.name}"
+
+    def serve(self, requests: list[Request], progress: bool | None, stop_at_last_arrival: bool,
+              on_iteration: Callable[[IterationRow], None] | None) -> ServedRun:
+        return replay_peer(requests, self.cfg, self.model, progress)

@@ -4,9 +4,8 @@
 does not know its requests in advance: HTTP threads put them in an `Inbox`
 (stamped with the executor's clock as their arrival), and `serve_loop`, on
 the one engine thread that owns the scheduler and the executor, takes them
-as they come. Each iteration is run_engine's: release arrivals, schedule,
-execute, `record_tokens`, `after_iteration`, `release_finished`, and the
-same `IterationRow` when a `RunRecord` is kept. After it, `on_tokens` gets
+as they come, and steps the same `engines.engine.Engine` as run_engine
+(the same `IterationRow` when a `RunRecord` is kept). After each step, `on_tokens` gets
 every advancing sequence's new token ids and `on_done` every sequence that
 finished or was rejected (its `status` says which). With nothing to run the
 loop idles on the inbox, so a new request starts at once.
@@ -19,9 +18,10 @@ import queue
 import threading
 import time
 
-from engines.loop import RunRecord, iteration_row
+from engines.engine import Engine
 from engines.protocols import Executor, Scheduler
-from engines.sequence import Sequence, record_tokens
+from engines.run_record import RunRecord
+from engines.sequence import Sequence
 from workloads.request import Request
 
 IDLE_WAIT_S = 0.05      # how long an idle engine waits on the inbox before it checks for a stop
@@ -79,37 +79,28 @@ def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_even
     run_engine's; None keeps nothing (a long-lived server's memory stays flat).
     Both callbacks run on this thread: they must be quick and must not raise.
     """
+    engine = Engine(scheduler, executor)
     wall_start = time.perf_counter()
     while not stop_event.is_set():
-        arrivals = inbox.take(0 if scheduler.has_work() else idle_wait_s)
+        arrivals = inbox.take(0 if engine.has_work() else idle_wait_s)
         now = executor.now()
         for request in arrivals:
-            seq = Sequence(request)
+            seq, queued = engine.add(request, now)
             if record is not None:
                 record.sequences.append(seq)
-            if not scheduler.add(seq, now) and on_done is not None:
+            if not queued and on_done is not None:
                 on_done(seq)
-        if not scheduler.has_work():
+        if not engine.has_work():
             continue
-        batch = scheduler.schedule(now)
-        if batch is None:
+        out = engine.step(now)
+        if out is None:
             raise RuntimeError("the scheduler holds requests but scheduled nothing")
-        start = executor.now()
-        duration = executor.execute(batch)
-        end = executor.now()
-        advancing = batch.advancing()
-        done_now = record_tokens(advancing, end)
-        if record is not None:   # the KV split as the forward pass saw it, read where run_engine reads it
-            split, usage = scheduler.memory_split(), scheduler.kv.usage()
-        scheduler.after_iteration(batch)
-        held = len(scheduler.held())
-        finished = scheduler.release_finished(done_now)
         if record is not None:
-            record.iterations.append(iteration_row(batch, scheduler, start, duration, split, usage, held))
-        for seq in advancing:
+            record.iterations.append(out.row)
+        for seq in out.advanced:
             on_tokens(seq, seq.output_token_ids[-1:])
         if on_done is not None:
-            for seq in finished:
+            for seq in out.finished:
                 on_done(seq)
     if record is not None:
         record.end_s = executor.now()

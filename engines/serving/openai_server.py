@@ -31,7 +31,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import NamedTuple
 
-from engines.loop import RunRecord
+from engines.run_record import RunRecord
 from engines.protocols import Backend
 from engines.sequence import Sequence, Status
 from engines.serving.online_loop import Inbox, serve_loop

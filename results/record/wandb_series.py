@@ -15,7 +15,7 @@ import numpy as np
 from engines.kv.memory_split import CATEGORIES
 
 if TYPE_CHECKING:
-    from engines.loop import IterationRow
+    from engines.run_record import IterationRow
 
 SERIES = "iteration"   # the series' keys are `iteration/<name>`
 CLOCK = "clock_s"      # their x-axis: the run's clock at a point's first iteration (the wandb step is its index)

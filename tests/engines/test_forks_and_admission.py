@@ -111,7 +111,8 @@ def test_static_rejects_on_arrival_at_that_time():
 def serve_paged(requests, capacity, host_blocks=512, **engine):
     from engines.build import build_scheduler
     from engines.config import EngineConfig
-    from engines.loop import ITERATION_COLUMNS, run_engine
+    from engines.run_record import ITERATION_COLUMNS
+    from engines.loop import run_engine
     from tests.engines.conftest import UnitExecutor
 
     limits = SchedulerLimits(max_num_seqs=64, max_num_batched_tokens=256, max_seq_len=64)

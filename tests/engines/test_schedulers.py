@@ -6,7 +6,8 @@ import pytest
 
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.loop import ITERATION_COLUMNS, run_engine
+from engines.run_record import ITERATION_COLUMNS
+from engines.loop import run_engine
 from engines.sequence import Status
 from tests.engines.conftest import UnitExecutor, make_request
 

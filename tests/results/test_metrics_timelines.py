@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from engines.loop import RunRecord
+from engines.run_record import RunRecord
 from engines.sequence import Sequence, record_tokens
 from results.record.frames import requests_frame
 from results.record.summary import SLO, MeasureConfig, summarize

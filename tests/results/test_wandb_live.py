@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from engines.kv.memory_split import CATEGORIES
-from engines.loop import IterationRow, run_engine
+from engines.run_record import IterationRow
+from engines.loop import run_engine
 from results.record.frames import iterations_frame
 from results.record.wandb_logger import LiveRun, LoggerConfig, WandbRun, run_name
 from results.record.wandb_series import CLOCK, LiveSeries, series_points, series_row

@@ -26,7 +26,8 @@ import yaml
 
 from engines.build import build_scheduler
 from engines.config import EngineConfig, SchedulerLimits
-from engines.loop import RunRecord, run_engine
+from engines.run_record import RunRecord
+from engines.loop import run_engine
 from engines.real.build import RealBackendConfig, build_real, load_real_model
 from engines.sequence import Status
 from engines.serving.online_loop import Inbox, serve_loop
