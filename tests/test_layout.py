@@ -92,3 +92,33 @@ def test_the_gpu_checks_step_limits_fit_one_device_command():
     assert sum(limits.values()) <= 540, limits
     order = list(limits)
     assert order.index("kernel_tests") < order.index("kernel_bench") < order.index("profile") < order.index("replay")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_no_import_circle_type_only_or_not():
+    """No module of the library reaches itself through its imports (those under TYPE_CHECKING too): a circle
+    means a concept is in the wrong room."""
+    files = [p for package in LIBRARY for p in python_files(package)]
+    modules = {module_name(p): p for p in files}
+    graph = {name: {m for m in imported_modules(path) if m in modules and m != name}
+             for name, path in modules.items()}
+    state: dict[str, int] = {}   # 1: on the path being walked, 2: done
+    circles = []
+
+    def walk(name: str, path: list[str]) -> None:
+        state[name] = 1
+        for nxt in sorted(graph[name]):
+            if state.get(nxt) == 1:
+                circles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in state:
+                walk(nxt, path + [nxt])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            walk(name, [name])
+    assert not circles, f"import circles: {[' -> '.join(c) for c in circles]}"

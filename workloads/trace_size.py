@@ -15,15 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 import math
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 from tqdm import tqdm
 
 from workloads.length_dist import LengthDist
 from workloads.translation import FRAMING_TOKENS, SOURCE_MEAN, prefix_len_for_shots
-
-if TYPE_CHECKING:
-    from workloads.config import WorkloadConfig
 
 DEFAULT_MAX_TRACE_REQUESTS = 4_000_000   # above the longest search of conf/: 1000 req/s for 3600 s (3.6M)
 BYTES_PER_REQUEST = 400           # a Request, its arrival time, its place in the list
@@ -32,6 +29,20 @@ PROGRESS_MIN_REQUESTS = 100_000   # a trace this long takes a second or more to 
 LARGEST_COUNT = 10**18            # what a count past any memory is shown as (rate x duration can overflow)
 
 T = TypeVar("T")
+
+
+class TraceShape(Protocol):
+    """What a trace's size is read from: the fields of `workloads.config.WorkloadConfig` it depends on (typed
+    here, below the config, so the config can check a size without the two importing each other)."""
+
+    name: str
+    arrival: str
+    num_requests: int
+    request_rate: float
+    duration_s: float | None
+    prompt_dist: LengthDist
+    num_shots: int
+    max_prompt_len: int
 
 
 @dataclass(slots=True, frozen=True)
@@ -51,7 +62,7 @@ class TraceSize:
         return f"about {self.requests:,} requests ({self.source}), ~{format_bytes(self.bytes)}"
 
 
-def expected_size(cfg: WorkloadConfig) -> TraceSize | None:
+def expected_size(cfg: TraceShape) -> TraceSize | None:
     """The size of the trace `cfg` builds; None for a replayed file (arrival=trace): its rows say."""
     if cfg.arrival == "trace":
         return None
@@ -69,7 +80,7 @@ def rows_size(requests: int, source: str, prompt_tokens: float = 0.0) -> TraceSi
     return TraceSize(requests, source, int(min(requests * per_request, LARGEST_COUNT)))
 
 
-def own_prompt_tokens(cfg: WorkloadConfig) -> float:
+def own_prompt_tokens(cfg: TraceShape) -> float:
     """The mean prompt tokens a request holds alone: its whole prompt in a generated workload, none in a
     dataset's (its prompt is one of the pool's, shared with every other draw of that pair)."""
     if cfg.name == "synthetic":

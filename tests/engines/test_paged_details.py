@@ -299,14 +299,14 @@ def test_a_swapped_group_moves_its_kept_prefix_blocks_to_the_host_and_comes_back
     prefix = kv.prefix_blocks[1]
     assert kv.swap_out(g) == 2 and kv.swap_kept == {g.id: prefix}
     drained(kv)
-    free, evictable = kv.pool.num_free, kv._evictable()
+    free, evictable = kv.pool.num_free, kv.pool.num_evictable
     assert kv.spill_kept(g) == 1
     assert g.id not in kv.swap_kept and kv.prefix_blocks[1] == prefix       # still cached, now evictable
-    assert kv.pool.num_free == free and kv._evictable() == evictable + 1
+    assert kv.pool.num_free == free and kv.pool.num_evictable == evictable + 1
     rows = kv.cpu_tables[g.id]
     assert len(rows) == 2 and rows[0][0] == rows[1][0] and rows[0][1:] != rows[1][1:]
     assert kv.cpu_pool.ref_counts[rows[0][0]] == 2                          # one reference per row
-    assert kv._moves[-1:] == [("out", prefix[0], rows[0][0])]
+    assert kv.moves[-1:] == [("out", prefix[0], rows[0][0])]
     assert kv.spill_kept(g) == 0                                            # nothing kept any more
     assert kv.swap_in(g) == 3
     tables = kv.block_tables[g.id]
