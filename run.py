@@ -17,7 +17,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import EngineConfig, SchedulerLimits, engine_config
 from engines.loop import EngineRunner
 from engines.peers.replay import PEER_BACKENDS, PeerRunner, PeerUnavailable, peer_config
 from engines.protocols import Backend, Runner
@@ -83,7 +83,7 @@ class RunConfig:
     def parse(cls, cfg: DictConfig) -> "RunConfig":
         if cfg.backend.name not in BACKENDS:
             raise ValueError(f"backend={cfg.backend.name!r} is not one of {list(BACKENDS)}")
-        engine = EngineConfig.from_dict(plain(cfg.engine))
+        engine = engine_config(plain(cfg.engine), cfg.swap_space)
         workload = WorkloadConfig.from_dict(plain(cfg.workload))
         model = ModelSpec.from_dict(plain(cfg.model))
         limits_cfg = plain(cfg.limits)
@@ -210,7 +210,7 @@ def judge_and_save(cfg: DictConfig, rc: RunConfig, run_dir: Path, metadata: dict
 
 def wandb_name(engine: EngineConfig, workload: WorkloadConfig) -> str:
     """The run's wandb name before its summary exists: `run_name` of the summary's own fields."""
-    return run_name({"engine": engine.label, "block_size": engine.block_size if engine.name == "paged" else None,
+    return run_name({"engine": engine.label, "block_size": engine.block_size,
                      "workload": workload.label, "arrival": workload.arrival, "request_rate": workload.request_rate})
 
 

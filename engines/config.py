@@ -1,4 +1,11 @@
-"""Engine and scheduler-limit configs, checked when built."""
+"""Engine and scheduler-limit configs, checked when built: one typed config per kind of engine.
+
+`ContiguousEngineConfig` (static, orca) holds what a contiguous engine
+reads, `PagedEngineConfig` what the paged engine reads; `engine_config`
+turns an `engine` group into the right one. Each answers what the other
+parts ask of any engine (`block_size`: None for the contiguous layout,
+`preemption`, `check_width`, `label`), so no caller asks which kind it is.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -7,22 +14,21 @@ from engines.kv.arena import ALLOCATORS
 from engines.specs.mapping import build_from_mapping
 from engines.kv.reservation import Reservation
 
-ENGINES = ("static", "orca", "paged")
+CONTIGUOUS = ("static", "orca")
+ENGINES = (*CONTIGUOUS, "paged")
 PREEMPTION = ("auto", "recompute", "swap")
 
 
 @dataclass(slots=True)
-class EngineConfig:
-    name: str
+class ContiguousEngineConfig:
+    """static or orca: one contiguous KV region per sequence, reserved at admission; never preempts."""
+
+    name: str                   # static | orca
     reservation: str = "max"    # orca: max | pow2 | oracle (static always reserves max_seq_len)
-    allocator: str = "buddy"    # static and orca: buddy | first_fit
-    block_size: int = 16        # paged
-    watermark: float = 0.01     # paged: fraction of blocks admission leaves free (vLLM's default)
-    preemption: str = "auto"    # paged: recompute | swap | auto (vLLM: recompute one sequence, swap a group)
-    swap_space: float = 4.0     # paged: GiB of host memory for swapped blocks (vLLM's default), per device
+    allocator: str = "buddy"    # buddy | first_fit
 
     def __post_init__(self) -> None:
-        if self.name not in ENGINES:
+        if self.name not in CONTIGUOUS:
             raise ValueError(f"unknown engine {self.name!r}; valid: {list(ENGINES)}")
         if self.name == "static" and self.reservation != "max":
             raise ValueError("the static engine always reserves max_seq_len: engine.reservation must be max")
@@ -31,6 +37,40 @@ class EngineConfig:
             raise ValueError(f"engine.reservation={self.reservation!r} is not one of {valid}")
         if self.allocator not in ALLOCATORS:
             raise ValueError(f"engine.allocator={self.allocator!r} is not one of {sorted(ALLOCATORS)}")
+
+    @property
+    def block_size(self) -> None:
+        """No blocks: the contiguous layout (cost models and KV tensors read None as that)."""
+        return None
+
+    @property
+    def preemption(self) -> None:
+        """Never preempts: a region is reserved whole at admission."""
+        return None
+
+    def check_width(self, width: int) -> None:
+        """Any width: each sequence of a group gets its own region."""
+
+    @property
+    def label(self) -> str:
+        """The engine variant as reports name it: static, orca-max, orca-pow2, orca-oracle."""
+        return f"orca-{self.reservation}" if self.name == "orca" else self.name
+
+
+@dataclass(slots=True)
+class PagedEngineConfig:
+    """paged (vLLM): fixed-size blocks through block tables, preemption by recompute or swap."""
+
+    name: str = "paged"
+    block_size: int = 16        # token slots per block (a power of two)
+    watermark: float = 0.01     # fraction of blocks admission leaves free (vLLM's default)
+    preemption: str = "auto"    # recompute | swap | auto (vLLM: recompute one sequence, swap a group)
+    swap_space: float = 4.0     # GiB of host memory for swapped blocks (vLLM's default), per device: the
+                                # run's top-level `swap_space`
+
+    def __post_init__(self) -> None:
+        if self.name != "paged":
+            raise ValueError(f"a paged engine config is named 'paged', got {self.name!r}")
         bs = self.block_size
         if not isinstance(bs, int) or bs < 1 or bs & (bs - 1) or bs > 1024:
             raise ValueError(f"engine.block_size must be a power of two from 1 to 1024, got {bs!r}")
@@ -40,30 +80,43 @@ class EngineConfig:
             raise ValueError(f"engine.preemption={self.preemption!r} is not one of {list(PREEMPTION)}")
         if isinstance(self.swap_space, bool) or not isinstance(self.swap_space, (int, float)) \
                 or not self.swap_space >= 0:
-            raise ValueError(f"engine.swap_space must be >= 0 GiB, got {self.swap_space!r}")
+            raise ValueError(f"swap_space must be >= 0 GiB, got {self.swap_space!r}")
         if self.preemption == "swap" and self.swap_space == 0:
-            raise ValueError("engine.preemption=swap needs engine.swap_space > 0 GiB")
+            raise ValueError("engine.preemption=swap needs swap_space > 0 GiB")
 
     def cpu_blocks(self, bytes_per_slot: int) -> int:
-        """Blocks of the host pool: `swap_space` GiB over one block's K and V (paged only)."""
-        if self.name != "paged" or bytes_per_slot <= 0:
+        """Blocks of the host pool: `swap_space` GiB over one block's K and V."""
+        if bytes_per_slot <= 0:
             return 0
         return int(self.swap_space * 2**30) // (self.block_size * bytes_per_slot)
 
     def check_width(self, width: int) -> None:
         """Refuse, before a run, a workload the preemption rule cannot serve."""
-        if self.name == "paged" and width > 1 and self.preemption == "recompute":
+        if width > 1 and self.preemption == "recompute":
             raise ValueError(f"engine.preemption=recompute cannot preempt a request of {width} sequences (vLLM "
                              f"recomputes only single-sequence groups); use engine.preemption=auto or swap")
 
     @property
     def label(self) -> str:
-        """The engine variant as reports name it: static, orca-max, orca-pow2, orca-oracle, paged."""
-        return f"orca-{self.reservation}" if self.name == "orca" else self.name
+        return self.name
 
-    @classmethod
-    def from_dict(cls, d: dict) -> "EngineConfig":
-        return build_from_mapping(cls, d, "engine")
+
+EngineConfig = ContiguousEngineConfig | PagedEngineConfig
+
+
+def engine_config(d: dict, swap_space: float | None = None) -> EngineConfig:
+    """The typed config of an `engine` group (`name` says which kind), with the run's host `swap_space` (GiB)
+    for the paged engine; an unknown key names the kind's valid ones."""
+    name = d.get("name")
+    if name == "paged":
+        return build_from_mapping(PagedEngineConfig, d if swap_space is None else {**d, "swap_space": swap_space},
+                                  "engine")
+    if name in CONTIGUOUS:
+        # `block_size` is in every engine option so that one sweep can cross engines and block sizes; a
+        # contiguous engine has no blocks (its `block_size` is None).
+        return build_from_mapping(ContiguousEngineConfig, {k: v for k, v in d.items() if k != "block_size"},
+                                  f"engine (name={name})")
+    raise ValueError(f"unknown engine {name!r}; valid: {list(ENGINES)}")
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import PagedEngineConfig, SchedulerLimits
 from engines.loop import run_engine
 from engines.protocols import Executor
 from engines.sim.beam_model import BeamModel, fit_decay
@@ -40,7 +40,7 @@ from results.record.store import atomic_write
 from workloads.build import build_workload
 from workloads.config import WorkloadConfig
 
-ENGINE = EngineConfig(name="paged", swap_space=1)   # 1 GiB of host memory: beams are swapped, never recomputed
+ENGINE = PagedEngineConfig(swap_space=1)   # 1 GiB of host memory: beams are swapped, never recomputed
 
 
 def _requests(num: int, width: int, seed: int):

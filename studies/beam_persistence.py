@@ -31,7 +31,7 @@ GRID = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99]
 
 
 def overrides(width: int, persistence: float, rate: float, duration_s: float, seed: int) -> list[str]:
-    return ["backend=sim", "model=opt-13b", "hardware=a100-40gb", "engine=paged", "engine.swap_space=64",
+    return ["backend=sim", "model=opt-13b", "hardware=a100-40gb", "engine=paged", "swap_space=64",
             "workload=alpaca", f"sampling=beam{width}", "workload.arrival=poisson",
             f"workload.request_rate={rate}", f"workload.duration_s={duration_s}", f"workload.seed={seed}",
             f"backend.beam_persistence={persistence}", "logger=none", "progress=false"]

@@ -43,7 +43,7 @@ import pandas as pd
 import torch
 
 from engines.batch import Batch
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import ContiguousEngineConfig, PagedEngineConfig, SchedulerLimits
 from engines.real.build import RealBackendConfig, available_bytes, build_real, host_load, load_real_model
 from engines.sequence import Sequence
 from engines.specs.model import ModelSpec
@@ -196,8 +196,8 @@ class Profiler:
     def _engine(self, layout: str, block_size: int):
         if self._layout != (layout, block_size):
             self._drop_engine()
-            engine = (EngineConfig(name="paged", block_size=block_size, watermark=0.0, swap_space=0)
-                      if layout == "paged" else EngineConfig(name="orca", reservation="oracle", allocator="first_fit"))
+            engine = (PagedEngineConfig(block_size=block_size, watermark=0.0, swap_space=0)
+                      if layout == "paged" else ContiguousEngineConfig(name="orca", reservation="oracle", allocator="first_fit"))
             budget = replace(self.backend, kv_budget_mib=self.kv_slots * self.loaded.bytes_per_slot / 2**20)
             setup = build_real(budget, self.spec, engine, SchedulerLimits(max_seq_len=self.spec.max_seq_len),
                                loaded=self.loaded)

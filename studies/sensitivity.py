@@ -77,7 +77,7 @@ INPUTS = {
 FIGURES = {
     "12": Figure(("workload=sharegpt",), "Figure 12: ShareGPT", CLAIMS["12"],
                  ("iteration_overhead_s", "paged_block_cost_tokens", "bandwidth_efficiency")),
-    "15": Figure(("workload=alpaca", "sampling=beam6", "engine.swap_space=64"), "Figure 15: Alpaca, beam width 6", CLAIMS["15"],
+    "15": Figure(("workload=alpaca", "sampling=beam6", "swap_space=64"), "Figure 15: Alpaca, beam width 6", CLAIMS["15"],
                  ("iteration_overhead_s", "paged_block_cost_tokens", "bandwidth_efficiency",
                   "host_transfer_latency_s", "beam_persistence")),
     "17": Figure(("workload=chat",), "Figure 17: chat", CLAIMS["17"],

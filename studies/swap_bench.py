@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from engines.batch import Batch
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import PagedEngineConfig, SchedulerLimits
 from engines.real.build import RealBackendConfig, available_bytes, build_real, load_real_model
 from engines.real.kv_cache import bytes_per_slot
 from engines.real.model import resolve_device, resolve_dtype
@@ -115,7 +115,7 @@ def recompute_setup(backend: RealBackendConfig, spec, loaded, tokens: int):
     the batch that prefills it: (setup, sequence, batch). Executing the batch is one recomputation."""
     backend.kv_budget_mib = (tokens + RECOMPUTE_SPARE_SLOTS) * loaded.bytes_per_slot / 2**20
     limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max(tokens, spec.max_seq_len))
-    setup = build_real(backend, spec, EngineConfig(name="paged", block_size=16, watermark=0.0, swap_space=0),
+    setup = build_real(backend, spec, PagedEngineConfig(block_size=16, watermark=0.0, swap_space=0),
                        limits, loaded=loaded)
     seq = Sequence(Request(0, 0.0, tuple(range(1, tokens + 1)), output_len=2))
     setup.scheduler.kv.try_admit(seq)

@@ -6,7 +6,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 import pytest
 
-from engines.config import EngineConfig
+from engines.config import ContiguousEngineConfig, PagedEngineConfig, engine_config
 from engines.specs.hardware import HardwareSpec
 from engines.specs.model import ModelSpec
 from workloads import WorkloadConfig
@@ -14,7 +14,7 @@ import run  # noqa: F401  (registers the config resolvers)
 from paths import ROOT
 
 CONF = ROOT / "conf"
-GROUPS = {"engine": EngineConfig, "workload": WorkloadConfig, "model": ModelSpec, "hardware": HardwareSpec,
+GROUPS = {"engine": None, "workload": WorkloadConfig, "model": ModelSpec, "hardware": HardwareSpec,
           "backend": None, "logger": None}
 
 
@@ -29,7 +29,9 @@ def test_every_group_option_composes(group, option):
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = compose(config_name="config", overrides=[f"{group}={option}", *extra])
     node = OmegaConf.to_container(cfg[group], resolve=True)
-    if GROUPS[group] is not None:
+    if group == "engine":
+        assert engine_config(node).name == node["name"]
+    elif GROUPS[group] is not None:
         GROUPS[group].from_dict(node)
     else:
         assert node["name"] == option
@@ -58,7 +60,7 @@ def test_every_experiment_composes_with_its_sweep(experiment):
         # the paper's traces last one hour; memory_waste is offline
         assert cfg.workload.duration_s == 3600 and cfg.workload.arrival == "poisson"
     WorkloadConfig.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
-    EngineConfig.from_dict(OmegaConf.to_container(cfg.engine, resolve=True))
+    engine_config(OmegaConf.to_container(cfg.engine, resolve=True))
 
 
 @pytest.mark.parametrize("launcher", ["local", "slurm"])
@@ -72,7 +74,28 @@ def test_orca_variants_set_their_reservation():
     for reservation in ("max", "pow2", "oracle"):
         with initialize_config_dir(config_dir=str(CONF), version_base=None):
             cfg = compose(config_name="config", overrides=[f"engine=orca_{reservation}"])
-        assert EngineConfig.from_dict(OmegaConf.to_container(cfg.engine)).label == f"orca-{reservation}"
+        assert engine_config(OmegaConf.to_container(cfg.engine)).label == f"orca-{reservation}"
+
+
+def test_each_engine_option_holds_only_the_keys_its_engine_reads():
+    """paged.yaml holds no contiguous key, static.yaml and orca.yaml no paged key but the shared sweep key
+    (block_size); the host swap memory is the run's top-level `swap_space`."""
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        keys = {e: set(compose(config_name="config", overrides=[f"engine={e}"]).engine) for e in ("static", "orca",
+                                                                                                  "paged")}
+        assert compose(config_name="config").swap_space == 4
+    assert keys["paged"] == {"name", "block_size", "watermark", "preemption"}
+    assert keys["static"] == keys["orca"] == {"name", "reservation", "allocator", "block_size"}
+    with pytest.raises(ValueError, match=r"unknown engine \(name=orca\) key\(s\) \['watermark'\]"):
+        engine_config({"name": "orca", "watermark": 0.1})
+    with pytest.raises(ValueError, match=r"unknown engine key\(s\) \['allocator'\]"):
+        engine_config({"name": "paged", "allocator": "buddy"})
+    with pytest.raises(ValueError, match="unknown engine 'vllm'"):
+        engine_config({"name": "vllm"})
+    assert engine_config({"name": "paged"}, swap_space=64).swap_space == 64
+    assert isinstance(engine_config({"name": "static", "block_size": 8}), ContiguousEngineConfig)
+    assert engine_config({"name": "static", "block_size": 8}).block_size is None
+    assert isinstance(engine_config({"name": "paged", "block_size": 8}), PagedEngineConfig)
 
 
 def test_every_engine_accepts_the_shared_sweep_keys():

@@ -119,8 +119,8 @@ def test_every_record_says_what_made_it(tmp_path):
      True),
     ([*SMALL, "stop_at_last_arrival=true"], 2, "offline trace", False),
     ([*SMALL, "measure.warmup_fraction=1.5"], 2, "measure.warmup_fraction must be in [0, 1)", False),
-    (["backend=sim", "sampling=n4", "workload=alpaca", "workload.num_requests=200", "engine.swap_space=0.001",
-      "progress=false"], 1, "raise engine.swap_space", False),   # dies mid-run: no tables, error.json says why
+    (["backend=sim", "sampling=n4", "workload=alpaca", "workload.num_requests=200", "swap_space=0.001",
+      "progress=false"], 1, "raise swap_space", False),   # dies mid-run: no tables, error.json says why
 ])
 def test_a_failed_run_exits_non_zero_and_says_why_in_error_json(tmp_path, args, status, message, worked):
     done = run_py(*args, f"hydra.run.dir={tmp_path}")

@@ -152,7 +152,7 @@ def build_real(backend: RealBackendConfig, spec: ModelSpec, engine: EngineConfig
     # The same slots for every engine; each lays them out its way.
     scheduler = build_scheduler(engine, limits, slots, per_slot)
     cache = allocate_kv(loaded.num_layers, loaded.kv_heads, loaded.head_dim, slots,
-                        engine.block_size if engine.name == "paged" else None, dtype, device)
+                        engine.block_size, dtype, device)
     host = None
     host_blocks = scheduler.kv.host_blocks
     if host_blocks:

@@ -180,7 +180,7 @@ class IterationScheduler:
             if seq.width > 1:
                 raise RuntimeError(
                     f"request {seq.id} ({seq.width} sequences) must be swapped out but the host pool cannot "
-                    f"hold it ({self.kv.describe()}); raise engine.swap_space")
+                    f"hold it ({self.kv.describe()}); raise swap_space")
             swap = False   # one sequence: recompute it instead
         self._unhold(seq)
         seq.preemptions += 1

@@ -92,7 +92,7 @@ def build_sim(backend: SimBackendConfig, model: ModelSpec, hardware: HardwareSpe
                            limits.max_num_seqs)
         slots, budget_bytes, note = budget.num_slots, budget.kv_bytes, budget.describe()
     scheduler = build_scheduler(engine, limits, slots, model.kv_bytes_per_token // model.tp)
-    block_size = engine.block_size if engine.name == "paged" else None
+    block_size = engine.block_size   # None: the contiguous layout
     executor = SimExecutor(build_cost_model(model, hardware, block_size),
                            TransferModel(model, hardware, block_size),
                            BeamModel(backend.beam_parent_decay, backend.seed, backend.beam_persistence))

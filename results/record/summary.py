@@ -395,10 +395,10 @@ def build_summary(setting: RunSetting, iterations: pd.DataFrame, requests: pd.Da
     inside the model forward and the machine's load). `slo_<bound>` keys are null for an unset bound.
     """
     engine, workload = setting.engine, setting.workload
-    paged = engine.name == "paged" and setting.peer is None
+    ours = setting.peer is None
     return {
-        "engine": setting.peer or engine.label, "block_size": engine.block_size if paged else None,
-        "preemption": engine.preemption if paged else None, "width": setting.width,
+        "engine": setting.peer or engine.label, "block_size": engine.block_size if ours else None,
+        "preemption": engine.preemption if ours else None, "width": setting.width,
         "workload": workload.label, "model": setting.model, "backend": setting.backend, **setting.backend_fields,
         "arrival": workload.arrival, "request_rate": workload.request_rate, "burstiness": workload.burstiness,
         "workload_seed": workload.seed,

@@ -206,7 +206,7 @@ def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
 
 LONG_TRACE_COMMAND = ("python run.py -m hydra/sweeper=capacity hydra/launcher=local backend=sim "
                       "engine=orca_oracle,paged workload=alpaca sampling=none,n2,n4,n6 workload.arrival=poisson "
-                      "workload.duration_s=3600 workload.seed=0 engine.swap_space=64 "
+                      "workload.duration_s=3600 workload.seed=0 swap_space=64 "
                       "hydra.sweep.dir=outputs/experiments/sampling_1h")
 
 

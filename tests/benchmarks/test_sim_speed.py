@@ -10,7 +10,7 @@ must finish every request. Target for the one-hour run: at most 10 s on a 2-core
 """
 import pytest
 
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import PagedEngineConfig, SchedulerLimits, engine_config
 from engines.loop import run_engine
 from engines.sim.build import SimBackendConfig, build_sim
 from engines.specs.presets import load_hardware, load_model
@@ -33,10 +33,10 @@ def setting():
     return requests, limits, (model, hardware)
 
 
-@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: EngineConfig(**e).label)
+@pytest.mark.parametrize("engine", ENGINES, ids=lambda e: engine_config(e).label)
 def test_sim_speed_1000_sharegpt_requests(benchmark, setting, engine):
     requests, limits, (model, hardware) = setting
-    config = EngineConfig(**engine)
+    config = engine_config(engine)
     benchmark.group = f"sim: {NUM_REQUESTS} ShareGPT requests at t = 0"
 
     def serve():
@@ -57,7 +57,7 @@ def test_sim_speed_one_hour_sharegpt_at_paged_capacity(benchmark, setting):
 
     def one_run():
         requests = build_workload(workload)
-        setup = build_sim(SimBackendConfig(), model, hardware, EngineConfig(name="paged"), limits)
+        setup = build_sim(SimBackendConfig(), model, hardware, PagedEngineConfig(), limits)
         record = run_engine(requests, setup.scheduler, setup.executor, progress=False)
         return record, summarize(iterations_frame(record), requests_frame(record))
 

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import PagedEngineConfig, SchedulerLimits
 from engines.loop import run_engine
 from results.record.frames import iterations_frame, requests_frame
 from results.record.summary import summarize
@@ -78,7 +78,7 @@ def test_swapped_groups_come_back_before_new_requests():
     # Decode runs out of blocks and swaps the latest group out; while it is on the host, a waiting request
     # is held back for it (vLLM's rule), a reason that counts in none of the limits.
     reqs = [make_request(i, 4, 24) for i in range(3)] + [make_request(3, 4, 4, arrival_s=15.0)]
-    scheduler = build_scheduler(EngineConfig(**PAGED, preemption="swap", swap_space=1e-6), SchedulerLimits(max_seq_len=64), 48,
+    scheduler = build_scheduler(PagedEngineConfig(**PAGED, preemption="swap", swap_space=1e-6), SchedulerLimits(max_seq_len=64), 48,
                                 bytes_per_slot=1)
     record = run_engine(reqs, scheduler, UnitExecutor(), progress=False)
     assert sum(r.swapped_out for r in record.iterations) > 0

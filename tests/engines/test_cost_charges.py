@@ -25,7 +25,7 @@ import pytest
 
 from engines.batch import Batch
 from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import PagedEngineConfig, SchedulerLimits
 from engines.loop import run_engine
 from engines.sim.beam_model import BeamModel
 from engines.sim.build import build_cost_model
@@ -136,7 +136,7 @@ def test_every_iteration_of_a_swapping_run_is_charged_its_moves(overlap):
             charged.append((batch, forward, duration))
             return duration
 
-    scheduler = build_scheduler(EngineConfig(name="paged", block_size=BLOCK, swap_space=64),
+    scheduler = build_scheduler(PagedEngineConfig(block_size=BLOCK, swap_space=64),
                                 SchedulerLimits(max_seq_len=model.max_seq_len), 100 * BLOCK,
                                 model.kv_bytes_per_token // model.tp)
     requests = [Request(i, 0.05 * i, tuple(range(40 + 23 * (i % 4))), 60 + 17 * (i % 3), beam_width=4)

@@ -5,7 +5,7 @@ from collections import deque
 import pytest
 
 from engines.batch import Batch
-from engines.config import SchedulerLimits
+from engines.config import PagedEngineConfig, SchedulerLimits
 from engines.kv.arena import ContiguousArena
 from engines.kv.block_pool import BlockPool
 from engines.kv.contiguous import ContiguousKV
@@ -110,14 +110,13 @@ def test_static_rejects_on_arrival_at_that_time():
 
 def serve_paged(requests, capacity, host_blocks=512, **engine):
     from engines.build import build_scheduler
-    from engines.config import EngineConfig
     from engines.run_record import ITERATION_COLUMNS
     from engines.loop import run_engine
     from tests.engines.conftest import UnitExecutor
 
     limits = SchedulerLimits(max_num_seqs=64, max_num_batched_tokens=256, max_seq_len=64)
     # One byte per slot: a host pool of `host_blocks` blocks of 4 slots.
-    scheduler = build_scheduler(EngineConfig("paged", block_size=4, watermark=0.0,
+    scheduler = build_scheduler(PagedEngineConfig(block_size=4, watermark=0.0,
                                              swap_space=host_blocks * 4 / 2**30, **engine),
                                 limits, capacity, bytes_per_slot=1)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import PagedEngineConfig, SchedulerLimits, engine_config
 from engines.kv.paged import PagedKV
 from engines.loop import run_engine
 from engines.sequence import Sequence
@@ -36,7 +36,7 @@ class Executor(UnitExecutor):
 def serve(engine: dict, requests: list[Request], capacity: int, **limits):
     """`requests` served to the end by `engine` over `capacity` slots, with the unit-cost executor."""
     limits.setdefault("max_seq_len", 64)
-    scheduler = build_scheduler(EngineConfig(**engine), SchedulerLimits(**limits), capacity)
+    scheduler = build_scheduler(engine_config(engine), SchedulerLimits(**limits), capacity)
     return run_engine(requests, scheduler, Executor(), progress=False)
 
 
@@ -94,7 +94,7 @@ def test_a_swapped_group_comes_back_only_within_max_num_seqs():
     """Groups of 2 rows on a pool too small for all of them: some are swapped out and come back, and no decode
     step (swap-ins included) runs more than max_num_seqs rows, while some runs exactly that many."""
     reqs = [Request(i, 0.0, tuple(range(6)), 24, n=2) for i in range(6)]
-    engine = EngineConfig(name="paged", block_size=4, watermark=0.0, preemption="swap", swap_space=1e-5)
+    engine = PagedEngineConfig(block_size=4, watermark=0.0, preemption="swap", swap_space=1e-5)
     scheduler = build_scheduler(engine, SchedulerLimits(max_seq_len=64, max_num_seqs=4), 4 * 20,
                                 bytes_per_slot=1)
     record = run_engine(reqs, scheduler, Executor(), progress=False)

@@ -9,7 +9,7 @@ import random
 import pytest
 
 from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import SchedulerLimits, engine_config
 from engines.loop import run_engine
 from results.record.frames import iterations_frame, requests_frame
 from results.record.summary import summarize
@@ -38,7 +38,7 @@ class ForkingExecutor(UnitExecutor):
 
 
 def beam_run(engine, requests, capacity, rng=None):
-    scheduler = build_scheduler(EngineConfig(**engine), SchedulerLimits(max_seq_len=128), capacity)
+    scheduler = build_scheduler(engine_config(engine), SchedulerLimits(max_seq_len=128), capacity)
     executor = ForkingExecutor(scheduler.kv, rng)
     return run_engine(requests, scheduler, executor, progress=False), executor
 

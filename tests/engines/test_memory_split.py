@@ -7,6 +7,7 @@ from engines.kv.memory_split import Holding, MemorySplit, split_memory
 from engines.kv.reservation import Reservation
 from engines.sequence import Sequence
 from tests.engines.conftest import make_request
+from engines.config import engine_config
 
 
 def seq(i, prompt, output, generated):
@@ -123,12 +124,12 @@ def _holdings(kv, held):
 def test_managers_running_sums_equal_the_split_of_every_holding(engine, seed):
     """The managers keep sums up to date as they allocate; they must equal the sum over holdings."""
     from engines.build import build_scheduler
-    from engines.config import EngineConfig, SchedulerLimits
+    from engines.config import SchedulerLimits
     from engines.loop import run_engine
     from tests.engines.conftest import UnitExecutor
     from tests.engines.test_schedulers import random_trace
 
-    scheduler = build_scheduler(EngineConfig(**engine), SchedulerLimits(max_seq_len=64), 300)
+    scheduler = build_scheduler(engine_config(engine), SchedulerLimits(max_seq_len=64), 300)
     fast = scheduler.memory_split
     checked = []
 

@@ -16,6 +16,7 @@ from engines.kv.paged import PagedKV
 from tests.engines.test_sharing import (Driver, admit_and_prefill, check_grown, check_invariants, drained,
                                         group, sim_setting)  # noqa: F401 (sim_setting: a fixture)
 from workloads.request import Request
+from engines.config import PagedEngineConfig
 
 BS = 4
 
@@ -151,7 +152,6 @@ def test_random_operations_with_more_prefixes_than_fit_evict_and_keep_every_inva
 def test_sim_run_with_more_prefixes_than_the_pool_holds_finishes(sim_setting):
     """Item of the paper's Figure 16 with many prefixes: before eviction the scheduler stalled with the pool
     full of unused cached prefixes."""
-    from engines.config import EngineConfig
     from tests.engines.test_sharing import all_finished, sim_run
 
     rng = random.Random(1)
@@ -162,7 +162,7 @@ def test_sim_run_with_more_prefixes_than_the_pool_holds_finishes(sim_setting):
         p = rng.randrange(30)
         prompt = prefixes[p] + tuple(rng.randrange(1000) for _ in range(rng.randint(4, 40)))
         requests.append(Request(i, t, prompt, rng.randint(4, 40), prefix_id=p, prefix_len=len(prefixes[p])))
-    record, summary = sim_run(sim_setting, EngineConfig(name="paged"), requests, 60 * 16)   # 60 blocks < 90
+    record, summary = sim_run(sim_setting, PagedEngineConfig(), requests, 60 * 16)   # 60 blocks < 90
     all_finished(record, summary)
 
 

@@ -5,7 +5,7 @@ from hypothesis import given, settings, strategies as st
 import pytest
 
 from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import ContiguousEngineConfig, SchedulerLimits, engine_config
 from engines.run_record import ITERATION_COLUMNS
 from engines.loop import run_engine
 from engines.sequence import Status
@@ -18,7 +18,7 @@ MEM = slice(ITERATION_COLUMNS.index("token_states"), None)
 
 def serve(engine, requests, capacity, stop_at_last_arrival=False, **limits):
     limits.setdefault("max_seq_len", 64)
-    scheduler = build_scheduler(EngineConfig(**engine), SchedulerLimits(**limits), capacity)
+    scheduler = build_scheduler(engine_config(engine), SchedulerLimits(**limits), capacity)
     return run_engine(requests, scheduler, UnitExecutor(), progress=False, stop_at_last_arrival=stop_at_last_arrival)
 
 
@@ -133,7 +133,7 @@ def test_max_seq_len_above_the_model_maximum_is_refused():
 def test_static_decode_rows_attend_over_true_lengths_within_their_regions():
     reqs = [make_request(0, 5, 12), make_request(1, 30, 3), make_request(2, 17, 6)]
     limits = SchedulerLimits(max_seq_len=64)
-    scheduler = build_scheduler(EngineConfig(name="static"), limits, 3 * 64)
+    scheduler = build_scheduler(ContiguousEngineConfig(name="static"), limits, 3 * 64)
     contexts = []
 
     class Recording(UnitExecutor):

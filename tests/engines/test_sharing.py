@@ -23,6 +23,7 @@ from engines.kv.paged import PagedKV
 from engines.kv.reservation import Reservation
 from engines.sequence import Sequence
 from workloads.request import Request
+from engines.config import ContiguousEngineConfig, PagedEngineConfig
 
 
 def group(i, prompt_len, output_len, width=1, beam=False, prefix_id=None, prefix_len=0):
@@ -593,19 +594,18 @@ def all_finished(record, summary):
 
 
 def test_sim_groups_on_a_tight_budget_swap_share_and_finish(sim_setting):
-    from engines.config import EngineConfig
 
     capacity = 120 * 16
     savings = {}
     for beam in (False, True):
         requests = trace(5, 16, width=4, beam=beam, rate=20.0)
-        record, summary = sim_run(sim_setting, EngineConfig(name="paged", swap_space=64), requests, capacity)
+        record, summary = sim_run(sim_setting, PagedEngineConfig(swap_space=64), requests, capacity)
         all_finished(record, summary)
         assert summary["num_swap_outs"] > 0, "the budget was meant to force swapping"
         assert summary["memory_saving"] > 0
         assert summary["num_copied_tokens"] > 0
         savings[beam] = summary["memory_saving"]
-        record, summary = sim_run(sim_setting, EngineConfig(name="orca", reservation="oracle", allocator="first_fit"),
+        record, summary = sim_run(sim_setting, ContiguousEngineConfig(name="orca", reservation="oracle", allocator="first_fit"),
                                   requests, capacity)
         all_finished(record, summary)
         assert summary["memory_saving"] == 0
@@ -616,7 +616,6 @@ def test_sim_batches_copy_into_held_blocks_and_never_swap_a_group_straight_back_
     """Every batch the scheduler hands the executor: copy-on-write destinations are fresh blocks the decoding
     rows write (ref 1), and no block is swapped in and swapped straight back out by the same iteration (a
     group brought back only to be preempted again pays two transfers and a preemption for nothing)."""
-    from engines.config import EngineConfig
     from engines.sim import executor as sim_executor
 
     problems = []
@@ -644,7 +643,7 @@ def test_sim_batches_copy_into_held_blocks_and_never_swap_a_group_straight_back_
     from engines.sim.transfer import TransferModel
 
     model, hardware = sim_setting
-    engine = EngineConfig(name="paged", swap_space=64)
+    engine = PagedEngineConfig(swap_space=64)
     for seed in (5, 6):
         scheduler = build_scheduler(engine, SchedulerLimits(max_seq_len=model.max_seq_len), 120 * 16,
                                     model.kv_bytes_per_token // model.tp)
@@ -659,9 +658,8 @@ def test_sim_batches_copy_into_held_blocks_and_never_swap_a_group_straight_back_
 
 
 def test_sim_swap_preemption_of_single_sequences(sim_setting):
-    from engines.config import EngineConfig
 
-    record, summary = sim_run(sim_setting, EngineConfig(name="paged", preemption="swap", swap_space=64),
+    record, summary = sim_run(sim_setting, PagedEngineConfig(preemption="swap", swap_space=64),
                               trace(9, 40, rate=20.0), 100 * 16)
     all_finished(record, summary)
     assert summary["num_swap_outs"] > 0
@@ -669,12 +667,11 @@ def test_sim_swap_preemption_of_single_sequences(sim_setting):
 
 
 def test_recompute_preemption_refuses_groups():
-    from engines.config import EngineConfig
 
     with pytest.raises(ValueError):
-        EngineConfig(name="paged", preemption="recompute").check_width(4)
-    EngineConfig(name="paged", preemption="recompute").check_width(1)
-    EngineConfig(name="paged").check_width(4)
+        PagedEngineConfig(preemption="recompute").check_width(4)
+    PagedEngineConfig(preemption="recompute").check_width(1)
+    PagedEngineConfig().check_width(4)
 
 
 def test_swapped_groups_come_back_before_any_new_request_is_admitted():

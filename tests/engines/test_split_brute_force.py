@@ -30,7 +30,7 @@ import random
 import pytest
 
 from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import EngineConfig, SchedulerLimits, engine_config
 from engines.kv.contiguous import ContiguousKV
 from engines.kv.memory_split import CATEGORIES
 from engines.kv.paged import PagedKV
@@ -253,7 +253,7 @@ def engine_id(engine: dict) -> str:
 
 
 def serve_checked(engine: dict, requests: list[Request], capacity: int, seed: int):
-    config = EngineConfig(**engine)
+    config = engine_config(engine)
     scheduler = build_scheduler(config, SchedulerLimits(max_seq_len=MAX_SEQ_LEN), capacity, bytes_per_slot=1)
     fast, expected = scheduler.memory_split, []
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import SchedulerLimits, engine_config
 from engines.loop import run_engine
 from engines.specs.model import ModelSpec
 from engines.real.attention import register
@@ -41,7 +41,7 @@ def make_model(arch):
 def make_engine(model, spec, engine, capacity, keep_logits=False, max_num_batched_tokens=256, ops="torch",
                 temperature=0.0):
     limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max_num_batched_tokens)
-    config = EngineConfig(**engine)
+    config = engine_config(engine)
     per_slot = bytes_per_slot(spec.num_layers, spec.num_kv_heads, spec.head_dim, torch.float32)
     scheduler = build_scheduler(config, limits, capacity, per_slot)
     cache = allocate_kv(spec.num_layers, spec.num_kv_heads, spec.head_dim, capacity,

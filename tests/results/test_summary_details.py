@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from engines.config import EngineConfig
+from engines.config import PagedEngineConfig
 from results.record.summary import (PERCENTILES, SLO, SLO_BOUNDS, MeasureConfig, RunSetting, TokenGaps,
                                     build_summary, distribution, latency, memory_saving, output_tokens,
                                     request_latencies, slo_met, summarize)
@@ -161,7 +161,7 @@ def test_steady_latencies_report_the_runs_percentiles():
 
 
 def test_a_run_shorter_than_a_second_of_wall_time_has_its_iteration_rate():
-    s = build_summary(RunSetting(EngineConfig("paged"), workload(), **SETTING), ITERATIONS, REQS,
+    s = build_summary(RunSetting(PagedEngineConfig(), workload(), **SETTING), ITERATIONS, REQS,
                       wall_s=0.5, warmup_fraction=WARMUP, slo=SLO(), after_run={})
     assert s["iterations_per_wall_s"] == 6 / 0.5
 

@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from engines.config import EngineConfig
+from engines.config import ContiguousEngineConfig, PagedEngineConfig
 from results.record.summary import SLO, RunSetting, build_summary, summarize
 from tests.results.test_metrics_timelines import ITERATIONS, REQS, TIMELINES, WARMUP, requests_of
 from workloads.config import WorkloadConfig
@@ -33,7 +33,7 @@ def costly_iterations() -> pd.DataFrame:
 
 
 def test_the_setting_keys_are_the_settings():
-    s = build_summary(RunSetting(EngineConfig("paged", block_size=32, preemption="swap"), workload(), **SETTING),
+    s = build_summary(RunSetting(PagedEngineConfig(block_size=32, preemption="swap"), workload(), **SETTING),
                       costly_iterations(), REQS, wall_s=4.0, warmup_fraction=WARMUP, slo=SLO(), after_run={"x": 1})
     expected = {"engine": "paged", "block_size": 32, "preemption": "swap", "width": 2, "workload": "synthetic",
                 "model": "opt-13b", "backend": "sim", "hardware": "a100-40gb", "arrival": "gamma",
@@ -44,20 +44,20 @@ def test_the_setting_keys_are_the_settings():
     assert {k: s[k] for k in expected} == expected
 
 
-@pytest.mark.parametrize("engine", [EngineConfig("orca", reservation="pow2"), EngineConfig("static")])
+@pytest.mark.parametrize("engine", [ContiguousEngineConfig("orca", reservation="pow2"), ContiguousEngineConfig("static")])
 def test_contiguous_engines_have_no_block_size_or_preemption(engine):
     s = build_summary(RunSetting(engine, workload(), **SETTING), costly_iterations(), REQS, 4.0, WARMUP, SLO(), {})
     assert (s["engine"], s["block_size"], s["preemption"]) == (engine.label, None, None)
 
 
 def test_a_peers_setting_names_the_peer_and_no_block_size():
-    s = build_summary(RunSetting(EngineConfig("paged"), workload(), **SETTING, peer="http (m)"),
+    s = build_summary(RunSetting(PagedEngineConfig(), workload(), **SETTING, peer="http (m)"),
                       costly_iterations(), REQS, 4.0, WARMUP, SLO(), {})
     assert (s["engine"], s["block_size"], s["preemption"]) == ("http (m)", None, None)
 
 
 def test_an_instant_run_has_no_iteration_rate():
-    s = build_summary(RunSetting(EngineConfig("paged"), workload(), **SETTING), costly_iterations(), REQS,
+    s = build_summary(RunSetting(PagedEngineConfig(), workload(), **SETTING), costly_iterations(), REQS,
                       wall_s=0.0, warmup_fraction=WARMUP, slo=SLO(), after_run={})
     assert s["iterations_per_wall_s"] is None
 

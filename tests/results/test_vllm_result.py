@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engines.config import EngineConfig
+from engines.config import engine_config
 from results.record.store import SUMMARY, read_summary, save_run
 from results.record.summary import SLO, RunSetting, build_summary
 from results.record.vllm_result import DETAILED, UNFINISHED, VLLM_RESULT, to_json, vllm_result
@@ -33,7 +33,7 @@ TEST_METADATA = {"code_version": "abc123def456", "date": "2026-01-02T03:04:05+00
 
 
 def summary_of(requests=REQS, percentiles=(50, 90, 95, 99), slo=SLO(), arrival="poisson", rate=2.0) -> dict:
-    setting = RunSetting(EngineConfig.from_dict({"name": "paged", "block_size": 16}),
+    setting = RunSetting(engine_config({"name": "paged", "block_size": 16}),
                          WorkloadConfig.from_dict({"name": "synthetic", "arrival": arrival, "request_rate": rate,
                                                    "seed": 3}),
                          "opt-13b", "sim", {}, 2, {"count": 8, "distinct_pairs": 8}, None, False)

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits
+from engines.config import ContiguousEngineConfig, PagedEngineConfig, SchedulerLimits
 from engines.run_record import RunRecord
 from engines.loop import run_engine
 from engines.real.build import RealBackendConfig, build_real, load_real_model
@@ -41,8 +41,8 @@ from workloads.request import Request
 SPEC = ModelSpec.from_dict(yaml.safe_load((CONF / "model" / "tiny.yaml").read_text()))
 BACKEND = RealBackendConfig(device="cpu", dtype="float32", kernels="torch", kv_budget_mib=4.0)   # 512 slots
 LIMITS = SchedulerLimits(max_num_seqs=16, max_num_batched_tokens=256, max_seq_len=128)
-ENGINES = {"static": EngineConfig("static"), "orca": EngineConfig("orca", reservation="oracle"),
-           "paged": EngineConfig("paged", swap_space=0.001)}
+ENGINES = {"static": ContiguousEngineConfig("static"), "orca": ContiguousEngineConfig("orca", reservation="oracle"),
+           "paged": PagedEngineConfig(swap_space=0.001)}
 PROMPT = [1000 + 37 * i for i in range(12)]
 
 
@@ -121,7 +121,7 @@ def test_serve_loop_records_the_iterations_run_engine_records():
     """Every request submitted before the loop starts: the same iterations as the offline loop, preemptions
     and a rejection included; on_tokens once per token, on_done once per request."""
     lengths = [(30, 40), (20, 50), (45, 25), (10, 60), (100, 40)]      # the last exceeds max_seq_len
-    engine = EngineConfig("paged", block_size=8, watermark=0.0, preemption="recompute", swap_space=0)
+    engine = PagedEngineConfig(block_size=8, watermark=0.0, preemption="recompute", swap_space=0)
     offline = run_engine([make_request(i, p, o) for i, (p, o) in enumerate(lengths)],
                          build_scheduler(engine, LIMITS, 160, 1), UnitExecutor(), progress=False)
     executor, scheduler = UnitExecutor(), build_scheduler(engine, LIMITS, 160, 1)
