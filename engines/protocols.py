@@ -2,8 +2,11 @@
 engine loop asks of a scheduler and of an executor, and what a backend's builder hands
 the caller.
 
-    run_engine --(Scheduler)--> scheduler --(KVManager)--> KV manager
+    Engine.step --(Scheduler)--> scheduler --(KVManager)--> KV manager
          \\--(Executor)--> executor (sim: a cost model's virtual clock; real: a model on the wall clock)
+
+A `Runner` is what run.py serves a trace with: one of our engines (a Backend
+driven by `engines.loop.run_engine`) or a peer; both hand back a `ServedRun`.
 
 Each part is typed against these, never probed with `hasattr`: a capability a part
 may lack is a field every implementation sets (`KVManager.paged`,

@@ -27,7 +27,6 @@ class BlockPool:
         if num_blocks < 1:
             raise ValueError(f"the pool needs at least one block, got {num_blocks}")
         self.num_blocks = num_blocks
-        self.block_size = block_size
         self.ref_counts = [0] * num_blocks
         self._free: deque[int] = deque(range(num_blocks))
         self.cached: dict[int, list[int]] = {}   # key -> its cached blocks, least recently used first

@@ -27,7 +27,7 @@ from engines.sequence import Sequence
 
 
 class BlockTables:
-    def __init__(self, capacity: int, block_size: int, watermark: float = 0.01):
+    def __init__(self, capacity: int, block_size: int, watermark: float):
         self.capacity = capacity
         self.block_size = block_size
         self.pool = BlockPool(capacity // block_size, block_size)
@@ -144,8 +144,7 @@ class BlockTables:
                 self._append_block(table, seq)
                 continue
             # A group is readied whole or not at all: count what it needs before taking anything.
-            need = self.group_needs(rows, length)
-            if need > pool.num_free and need > pool.num_available:
+            if self.group_needs(rows, length) > pool.num_available:
                 return i
             last = (length - 1) // bs
             for table in rows:

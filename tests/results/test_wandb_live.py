@@ -15,6 +15,7 @@ import pytest
 
 from engines.kv.memory_split import CATEGORIES
 from engines.run_record import IterationRow
+import engines.loop as engine_loop
 from engines.loop import run_engine
 from results.record.frames import iterations_frame
 from results.record.wandb_logger import LiveRun, LoggerConfig, WandbRun, run_name
@@ -163,14 +164,14 @@ def test_a_wandb_error_mid_run_is_one_warning_and_the_run_goes_on(tmp_path, capl
 @pytest.mark.slow
 def test_a_run_with_logger_wandb_logs_its_series_live_against_the_clock(offline, monkeypatch):
     points_when_loop_ended = []
-    real_run_engine = entry.run_engine
+    real_run_engine = engine_loop.run_engine
 
     def watched(*args, on_iteration=None, **kwargs):
         record = real_run_engine(*args, on_iteration=on_iteration, **kwargs)
         points_when_loop_ended.append(on_iteration.points)
         return record
 
-    monkeypatch.setattr(entry, "run_engine", watched)
+    monkeypatch.setattr(engine_loop, "run_engine", watched)   # what run.py's EngineRunner drives
     run_dir = offline / "run"
     summary = entry.run(config(["workload.num_requests=100", "logger=wandb", "logger.project=pagedbench-test",
                                 "logger.max_iteration_points=20"]), run_dir)
