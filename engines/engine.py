@@ -16,12 +16,24 @@ postprocess):
    (`release_finished`).
 
 It returns a `StepOutput`: the iteration's row, the sequences that gained a
-token, and those that finished. Drivers only decide when requests arrive
+token, and those that finished.
+
+`Engine.fast_forward` runs what would follow a quiet decode step (every
+running group one row, nothing preempted, copied or swapped) until the next
+event: a request arrives (the driver's `may_start` says no) or finishes, a
+step would need a block that is not there, or a region would fill. Those
+steps repeat the last batch with every context one token longer, so their
+times come from the cost model in closed form (`Executor.quiet_decodes`),
+their blocks are taken in the step-by-step order, and each gets its row and
+split as `step` would record them; the sequences get their tokens at the
+end. The same run, step for step (`backend.fast_forward=false` keeps the
+step-by-step path; tests/engines/test_fast_forward.py holds the two equal). Drivers only decide when requests arrive
 and what to do with the output: `engines.loop.run_engine` replays a trace,
 `engines.serving.online_loop.serve_loop` takes requests from an inbox.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engines.batch import Batch
@@ -87,3 +99,49 @@ class Engine:
             reservation=split.reservation, internal_fragmentation=split.internal_fragmentation,
             external_fragmentation=split.external_fragmentation, free=split.free)
         return StepOutput(row, batch, advanced, finished)
+
+    def fast_forward(self, may_start: Callable[[float], bool]) -> list[IterationRow]:
+        """After a quiet decode step: run the steps that repeat it while `may_start(clock)` holds and no event
+        comes (see the module's docstring); their rows (none if the engine is not in a quiet stretch)."""
+        scheduler, executor = self.scheduler, self.executor
+        quiet = scheduler.quiet() if executor.fast_forward else None
+        if quiet is None:
+            return []
+        seqs, blocked_by = quiet
+        kv = scheduler.kv
+        steps = min(s.output_len - s.generated for s in seqs) - 1   # the step a group finishes in is an event
+        takes = []                                                   # (step, group) of each block taken
+        for i, seq in enumerate(seqs):
+            first, period = kv.growth(seq)
+            if period == 0:
+                steps = min(steps, first)
+                continue
+            takes += [(j, i) for j in range(first, steps, period)]
+        takes.sort()
+        if len(takes) > kv.available_blocks:                         # the step short of a block preempts
+            steps = min(steps, takes[kv.available_blocks][0])
+        if steps <= 0:
+            return []
+        ran = executor.quiet_decodes([s.prompt_len + s.generated for s in seqs], steps, may_start)
+        rows, n, waiting, taken = [], len(seqs), len(scheduler.waiting), 0
+        for j, (start, duration, _) in enumerate(ran):
+            while taken < len(takes) and takes[taken][0] == j:
+                kv.append_block(seqs[takes[taken][1]])
+                taken += 1
+            scheduler.quiet_step()
+            split = scheduler.memory_split()
+            unshared, allocated = kv.usage()
+            rows.append(IterationRow(
+                start_s=start, duration_s=duration, prefill_seqs=0, prefill_tokens=0, decode_seqs=n,
+                decode_rows=n, batch_size=n, num_held=n, num_waiting=waiting, preempted=0, batch_rows=n,
+                copy_tokens=0, swapped_out=0, swapped_in=0, swap_blocks=0, num_swapped=0,
+                admission_blocked_by=blocked_by, unshared_slots=unshared, allocated_slots=allocated,
+                token_states=split.token_states, reservation=split.reservation,
+                internal_fragmentation=split.internal_fragmentation,
+                external_fragmentation=split.external_fragmentation, free=split.free))
+        if ran:
+            ends = [end for _, _, end in ran]
+            for seq in seqs:
+                seq.generated += len(ran)
+                seq.token_times_s.extend(ends)
+        return rows

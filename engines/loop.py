@@ -53,6 +53,12 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
     sim = executor.name == "sim"   # rates on the simulated clock, else on the wall clock
     shown_at, shown_clock, shown_tokens, tokens = wall_start, executor.now(), 0, 0
     rows = record.iterations
+
+    def may_start(t: float) -> bool:
+        """Whether an iteration starting at `t` releases no arrival and starts before a stop."""
+        if pending:
+            return pending[0].arrival_s > t
+        return stop_at is None or t <= stop_at
     while pending or engine.has_work():
         now = executor.now()
         while pending and pending[0].arrival_s <= now:
@@ -74,6 +80,12 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
         tokens += out.row.batch_rows
         if on_iteration is not None:
             on_iteration(out.row)
+        if not out.finished:   # a quiet decode step: the steps that repeat it, up to the next event
+            for row in engine.fast_forward(may_start):
+                rows.append(row)
+                tokens += row.batch_rows
+                if on_iteration is not None:
+                    on_iteration(row)
         if out.finished:
             bar.update(len(out.finished))
         if not bar.disable and time.perf_counter() - shown_at > PROGRESS_EVERY_S:

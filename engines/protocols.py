@@ -51,6 +51,12 @@ class KVManager(Protocol):
     def can_swap_in(self, seq: Sequence, watermark: bool = True) -> bool: ...
     def swap_in(self, seq: Sequence) -> int: ...
     def spill_kept(self, seq: Sequence) -> int: ...                     # a swapped group's kept blocks to host
+    # A single-row group's growth over quiet decode steps (Engine.fast_forward): the step offsets at which it
+    # takes a block, (j0, period); period 0: none, and no step at or past j0.
+    def growth(self, seq: Sequence) -> tuple[int, int]: ...
+    @property
+    def available_blocks(self) -> int: ...                              # what decode steps can take
+    def append_block(self, seq: Sequence) -> None: ...
 
 
 class PagedKVManager(KVManager, Protocol):
@@ -73,18 +79,23 @@ class Scheduler(Protocol):
     def held(self) -> Collection[Sequence]: ...                         # groups holding KV memory
     def memory_split(self) -> MemorySplit: ...
     def release_finished(self, finished: list[Sequence]) -> list[Sequence]: ...
+    def quiet(self) -> tuple[list[Sequence], str] | None: ...           # running groups, head's limit; or None
+    def quiet_step(self) -> None: ...                                   # one quiet decode of them all
 
 
 class Executor(Protocol):
     """Runs iterations and owns the clock the loop reads."""
 
     name: str
+    fast_forward: bool   # True: it can run quiet decode steps without their batches (`quiet_decodes`)
 
     def warmup(self) -> None: ...                                       # before the clock starts
     def start_clock(self) -> None: ...                                  # t = 0 is now
     def now(self) -> float: ...
     def execute(self, batch: Batch) -> float: ...                       # the iteration's duration, seconds
     def wait_until(self, t: float) -> None: ...                         # idle until the clock reads t
+    def quiet_decodes(self, context_lens: list[int], steps: int,
+                      may_start: Callable[[float], bool]) -> list[tuple[float, float, float]]: ...
 
 
 class Backend(Protocol):

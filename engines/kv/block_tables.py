@@ -158,6 +158,20 @@ class BlockTables:
                     self._append_block(table, seq)
         return len(seqs)
 
+    def growth(self, seq: Sequence) -> tuple[int, int]:
+        """When a single-row group's next decode steps take a block: at step offsets j0, j0 + period, ... from
+        now (j0 = slots left in its table). (`engines.engine.Engine.fast_forward`)"""
+        return len(self.block_tables[seq.id][0]) * self.block_size - seq.prompt_len - seq.generated, self.block_size
+
+    @property
+    def available_blocks(self) -> int:
+        """Blocks decode steps can still take without a preemption: free and evictable ones."""
+        return self.pool.num_available
+
+    def append_block(self, seq: Sequence) -> None:
+        """A new block at the end of a single-row group's table, as its decode step's growth takes it."""
+        self._append_block(self.block_tables[seq.id][0], seq)
+
     def _append_block(self, table: list[int], seq: Sequence) -> None:
         """A new block at the end of a row's table (the pool has one available)."""
         table.append(self.pool.allocate())

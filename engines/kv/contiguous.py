@@ -177,6 +177,15 @@ class ContiguousKV:
                 return i
         return len(seqs)
 
+    def growth(self, seq: Sequence) -> tuple[int, int]:
+        """(steps before a single-row group's region is full, 0): a region never grows, so no step may pass it."""
+        return self.arena.regions[seq.id].requested - seq.prompt_len - seq.generated, 0
+
+    available_blocks = 0   # a region takes nothing as it fills
+
+    def append_block(self, seq: Sequence) -> None:
+        raise RuntimeError("a contiguous region never takes a block")
+
     def free(self, seq: Sequence) -> None:
         del self._region_of[seq.id], self._shared[seq.id]
         for index in range(seq.width):

@@ -30,6 +30,7 @@ class RealExecutor:
     """
 
     name = "real"
+    fast_forward = False   # every iteration runs the model
 
     def __init__(self, model: torch.nn.Module, kv: KVManager, cache: KVCache, ops, device: torch.device,
                  temperature: float = 0.0, seed: int = 0, keep_logits: bool = False, host: KVCache | None = None):

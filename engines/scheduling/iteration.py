@@ -48,6 +48,9 @@ class IterationScheduler:
         # Tokens the running rows hold once the last scheduled iteration has run: what the memory split
         # reads after each iteration, kept up to date here instead of summed over every sequence.
         self._stored = 0
+        # The last batch was a quiet decode (every running group, each one row, nothing preempted, copied or
+        # swapped; none swapped out) and nothing finished: the next steps repeat it until an event.
+        self._quiet: str | None = None   # the head of the queue's limit then; None: not quiet
 
     def add(self, seq: Sequence, now: float) -> bool:
         """Queue an arrived request; False (and the sequence rejected) if it can never run."""
@@ -64,11 +67,27 @@ class IterationScheduler:
             batch, blocked_by = self._admit(now)
         if batch is None:
             batch = self._decode()
+        self._quiet = None
         if batch is not None:
             batch.admission_blocked_by = blocked_by
             self._stored += batch.num_rows   # each advancing row stores the token it produces
             self.kv.drain_into(batch)
+            if (not batch.prefill and not batch.preempted and not batch.swapped_in and not self.swapped
+                    and not batch.moves and len(batch.decode) == batch.num_rows):
+                self._quiet = blocked_by
         return batch
+
+    def quiet(self) -> tuple[list[Sequence], str] | None:
+        """After a quiet decode (see `_quiet`): the running groups and the limit the head of the queue met,
+        which hold through the following decode steps until a request arrives or finishes or memory runs
+        out (memory only shrinks while nothing finishes); None otherwise."""
+        if self._quiet is None:
+            return None
+        return list(self.running.values()), self._quiet
+
+    def quiet_step(self) -> None:
+        """One more decode step of every running group, run by the engine without a batch."""
+        self._stored += self._rows
 
     def _swap_in(self, seqs: list[Sequence]) -> int:
         """After the running groups are readied for the step: bring swapped groups back, oldest first, while
@@ -207,6 +226,8 @@ class IterationScheduler:
 
     def release_finished(self, finished: list[Sequence]) -> list[Sequence]:
         """Free the sequences that produced their last token this iteration; returns them."""
+        if finished:
+            self._quiet = None
         for seq in finished:
             seq.status = Status.FINISHED
             self._unhold(seq)

@@ -110,6 +110,13 @@ class StaticScheduler:
     def memory_split(self) -> MemorySplit:
         return self.kv.split(self.batch, self.waiting[0] if self.waiting else None)
 
+    def quiet(self) -> None:
+        """No fast-forward: a static batch's finished requests stay in it as padding rows."""
+        return None
+
+    def quiet_step(self) -> None:
+        raise RuntimeError("a static batch has no quiet decode steps")
+
     def release_finished(self, finished: list[Sequence]) -> list[Sequence]:
         """Mark the requests that finished this iteration; their regions stay held until the whole batch ends."""
         for seq in finished:

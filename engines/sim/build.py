@@ -32,6 +32,10 @@ class SimBackendConfig:
     # assumption, calibrated to the paper's Figure 15 savings by `python -m studies.beam_persistence`.
     beam_persistence: float = 0.95
     seed: int = 0                     # the beam model's draws
+    # Run the quiet stretches of decode steps (no arrival, finish, preemption, copy or swap) without building
+    # their batches (`engines.engine.Engine.fast_forward`): the same run, step for step; false keeps the
+    # step-by-step path, the reference the fast one is tested against.
+    fast_forward: bool = True
 
     def __post_init__(self) -> None:
         slots = self.kv_budget_slots
@@ -39,6 +43,8 @@ class SimBackendConfig:
             raise ValueError(f"backend.kv_budget_slots must be a positive integer, got {slots!r}")
         if not 0 < self.beam_parent_decay <= 1:
             raise ValueError(f"backend.beam_parent_decay must be in (0, 1], got {self.beam_parent_decay!r}")
+        if not isinstance(self.fast_forward, bool):
+            raise ValueError(f"backend.fast_forward must be true or false, got {self.fast_forward!r}")
         if not 0 <= self.beam_persistence <= 1:
             raise ValueError(f"backend.beam_persistence must be in [0, 1], got {self.beam_persistence!r}")
 
@@ -95,6 +101,7 @@ def build_sim(backend: SimBackendConfig, model: ModelSpec, hardware: HardwareSpe
     block_size = engine.block_size   # None: the contiguous layout
     executor = SimExecutor(build_cost_model(model, hardware, block_size),
                            TransferModel(model, hardware, block_size),
-                           BeamModel(backend.beam_parent_decay, backend.seed, backend.beam_persistence))
+                           BeamModel(backend.beam_parent_decay, backend.seed, backend.beam_persistence),
+                           fast_forward=backend.fast_forward)
     return SimSetup(scheduler, executor, hardware.name, model.tp, budget_bytes, slots,
                     f"{model.name} on {hardware.name} x{model.tp}: {note}")

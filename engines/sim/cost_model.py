@@ -139,6 +139,9 @@ class CostModel:
         if rows == 0:
             raise ValueError("iteration_time of an empty batch: an idle engine should advance "
                              "its clock to the next arrival instead")
+        if not n_prefill:
+            return self.decode_time(n_decode, sum(decode_context_lens),
+                                    blocks_read(decode_context_lens, self.block_size) if self._block_tokens else 0)
         t = self._overhead_s
         tokens = n_decode
         if n_prefill:
@@ -162,6 +165,27 @@ class CostModel:
         memory = self._lm_weight_s + rows * self._lm_io_s
         t += compute if compute > memory else memory
         return t + tokens * (self._elementwise_s + self._all_reduce_s) + rows * self._gather_s
+
+    def decode_time(self, rows: int, context: int, blocks: int) -> float:
+        """iteration_time of a decode-only batch of `rows` rows whose contexts sum to `context` tokens and
+        span `blocks` blocks (`blocks_read`; unused by the contiguous layout): the same terms, in the same
+        order, as iteration_time, so a run of such iterations can be timed without building its batches."""
+        if rows == 0:
+            raise ValueError("decode_time of an empty batch")
+        t = self._overhead_s
+        ctx = context
+        if self._block_tokens:
+            ctx += self._block_tokens * blocks
+        compute = ctx * self._ctx_flop_s
+        memory = ctx * self._ctx_byte_s + rows * self._decode_io_s
+        t += compute if compute > memory else memory
+        compute = rows * self._linear_flop_s
+        memory = self._linear_weight_s + rows * self._linear_io_s
+        t += compute if compute > memory else memory
+        compute = rows * self._lm_flop_s
+        memory = self._lm_weight_s + rows * self._lm_io_s
+        t += compute if compute > memory else memory
+        return t + rows * (self._elementwise_s + self._all_reduce_s) + rows * self._gather_s
 
     def breakdown(self, prefill_lens: Sequence[int], decode_context_lens: Sequence[int],
                   prefill_cached: Sequence[int] = ()) -> dict[str, float]:

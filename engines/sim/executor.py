@@ -11,18 +11,22 @@ the seeded `BeamModel`.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from engines.batch import Batch
 from engines.sim.beam_model import BeamModel
+from engines.sim.cost_model import blocks_read
 
 
 class SimExecutor:
     name = "sim"
 
-    def __init__(self, cost_model, transfers=None, beams: BeamModel | None = None):
+    def __init__(self, cost_model, transfers=None, beams: BeamModel | None = None, fast_forward: bool = True):
         self.cost_model = cost_model
         self.transfers = transfers
         self.beams = beams if beams is not None else BeamModel()
         self.clock = 0.0
+        self.fast_forward = fast_forward   # the engine may run quiet decode steps through `quiet_decodes`
 
     def start_clock(self) -> None:
         self.clock = 0.0
@@ -57,6 +61,33 @@ class SimExecutor:
                     self.beams.forget(seq.id)
         self.clock += duration
         return duration
+
+    def quiet_decodes(self, context_lens: list[int], steps: int,
+                      may_start: Callable[[float], bool]) -> list[tuple[float, float, float]]:
+        """Run up to `steps` decode-only iterations of rows whose contexts start at `context_lens` and grow by
+        one token a step (nothing copied or swapped), each only if `may_start(clock)`; the (start, duration,
+        end) of each. The clock moves exactly as `execute` would move it for the same batches."""
+        cost, bs = self.cost_model, self.cost_model.block_size
+        rows, context = len(context_lens), sum(context_lens)
+        blocks, residues = 0, None
+        if bs:
+            blocks = blocks_read(context_lens, bs)
+            residues = [0] * bs          # rows by context mod bs: a row reads one more block after a multiple
+            for n in context_lens:
+                residues[n % bs] += 1
+        ran = []
+        for j in range(steps):
+            start = self.clock
+            if not may_start(start):
+                break
+            self.clock += cost.scheduler_s
+            duration = cost.decode_time(rows, context, blocks)
+            self.clock += duration
+            ran.append((start, duration, self.clock))
+            context += rows
+            if bs:
+                blocks += residues[-j % bs]
+        return ran
 
     def wait_until(self, t: float) -> None:
         """Idle time costs nothing to simulate: jump to the next arrival."""

@@ -7,6 +7,7 @@ class UnitExecutor:
     """Every iteration takes 1 s plus 1 ms per computed token: enough to order events in tests."""
 
     name = "unit"
+    fast_forward = False
 
     def __init__(self):
         self.clock = 0.0

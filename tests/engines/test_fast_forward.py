@@ -1,0 +1,104 @@
+"""The sim's fast-forward over quiet decode steps is the same run as the step-by-step path.
+
+On many random small traces (every engine, block sizes, parallel samples and beams, recompute and swap,
+shared prefixes, tight and loose budgets, arrivals at once and spread, the roofline and the fitted cost
+model, stopping at the last arrival), both paths must give equal tables, cell for cell, and equal
+summaries; and the fast path must skip batches where it can (it is not the step-by-step path renamed).
+"""
+from __future__ import annotations
+
+import random
+
+import pandas as pd
+import pytest
+
+from engines.config import SchedulerLimits, engine_config
+from engines.loop import run_engine
+from engines.sim.build import SimBackendConfig, build_sim
+from engines.specs.presets import load_hardware, load_model
+from results.record.frames import iterations_frame, requests_frame
+from workloads.request import Request
+
+ENGINES = [{"name": "static"}, {"name": "orca", "reservation": "max"}, {"name": "orca", "reservation": "pow2"},
+           {"name": "orca", "reservation": "oracle", "allocator": "first_fit"}, {"name": "paged", "block_size": 1},
+           {"name": "paged", "block_size": 4}, {"name": "paged", "block_size": 16, "preemption": "swap"},
+           {"name": "paged", "block_size": 8, "preemption": "recompute"}]
+
+
+def random_trace(rng: random.Random, width: int, beam: bool) -> list[Request]:
+    requests, t = [], 0.0
+    spread = rng.choice([0.0, 0.05, 0.5])
+    for i in range(rng.randint(1, 14)):
+        t += rng.expovariate(1 / spread) if spread else 0.0
+        prompt = rng.randint(1, 90)
+        prefix = rng.random() < 0.3 and prompt > 20
+        requests.append(Request(i, t, tuple(range(prompt)), rng.randint(1, 120),
+                                n=1 if beam else width, beam_width=width if beam else 1,
+                                prefix_id=rng.randint(0, 1) if prefix else None, prefix_len=16 if prefix else 0))
+    return requests
+
+
+def serve(requests, engine, slots, hardware, fast, stop):
+    model = load_model("opt-13b")
+    limits = SchedulerLimits(max_num_seqs=16, max_num_batched_tokens=256, max_seq_len=256)
+    setup = build_sim(SimBackendConfig(kv_budget_slots=slots, fast_forward=fast), model, load_hardware(hardware),
+                      engine_config(dict(engine), swap_space=64), limits)
+    calls = 0
+    execute = setup.executor.execute
+
+    def counted(batch):
+        nonlocal calls
+        calls += 1
+        return execute(batch)
+
+    setup.executor.execute = counted
+    record = run_engine(requests, setup.scheduler, setup.executor, progress=False, stop_at_last_arrival=stop)
+    return iterations_frame(record), requests_frame(record), calls
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_fast_forward_gives_the_step_by_step_run(seed):
+    rng = random.Random(seed)
+    engine = ENGINES[seed % len(ENGINES)]
+    width, beam = rng.choice([(1, False), (1, False), (2, False), (3, True)])
+    if engine["name"] == "paged" and engine.get("preemption") == "recompute":
+        width, beam = 1, False
+    requests = random_trace(rng, width, beam)
+    slots = rng.choice([300, 600, 1200, 4000])
+    hardware = rng.choice(["a100-40gb", "cpu"])   # the roofline and the fitted cost model
+    stop = rng.random() < 0.2 and requests[-1].arrival_s > 0
+    step_by_step = serve(requests, engine, slots, hardware, False, stop)
+    fast = serve(requests, engine, slots, hardware, True, stop)
+    pd.testing.assert_frame_equal(fast[0], step_by_step[0], check_exact=True)
+    pd.testing.assert_frame_equal(fast[1], step_by_step[1], check_exact=True)
+    assert fast[2] <= step_by_step[2] == len(step_by_step[0])
+
+
+def test_the_fast_path_skips_the_batches_of_quiet_steps():
+    """A lone long request on a loose budget: after its prefill and one decode step, every step is quiet
+    until the one it finishes in; orca and paged run them without batches, static cannot (its batch keeps
+    finished requests as padding), and the tables stay equal."""
+    requests = [Request(0, 0.0, tuple(range(10)), 100)]
+    for engine, batches in (({"name": "orca"}, 3), ({"name": "paged", "block_size": 4}, 3),
+                            ({"name": "static"}, 100)):
+        slow = serve(requests, engine, 4000, "a100-40gb", False, False)
+        fast = serve(requests, engine, 4000, "a100-40gb", True, False)
+        pd.testing.assert_frame_equal(fast[0], slow[0], check_exact=True)
+        assert (slow[2], fast[2]) == (100, batches), engine   # a prefill and 99 decode steps
+
+
+def test_a_step_short_of_a_block_ends_the_quiet_stretch_where_the_step_by_step_run_preempts():
+    # Two requests of 17 blocks each fill a 24-block pool as they grow: the later is preempted (recomputed).
+    requests = [Request(0, 0.0, tuple(range(8)), 60), Request(1, 0.0, tuple(range(8)), 60)]
+    engine = {"name": "paged", "block_size": 4, "watermark": 0.0, "preemption": "recompute"}
+    slow = serve(requests, engine, 96, "a100-40gb", False, False)
+    fast = serve(requests, engine, 96, "a100-40gb", True, False)
+    assert slow[0]["preempted"].sum() > 0
+    pd.testing.assert_frame_equal(fast[0], slow[0], check_exact=True)
+    pd.testing.assert_frame_equal(fast[1], slow[1], check_exact=True)
+    assert fast[2] < slow[2]
+
+
+def test_backend_fast_forward_must_be_a_bool():
+    with pytest.raises(ValueError, match="backend.fast_forward must be true or false"):
+        SimBackendConfig(fast_forward="yes")
