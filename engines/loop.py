@@ -80,20 +80,20 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
         tokens += out.row.batch_rows
         if on_iteration is not None:
             on_iteration(out.row)
-        if not out.finished:   # a quiet decode step: the steps that repeat it, up to the next event
-            for row in engine.fast_forward(may_start):
-                rows.append(row)
-                tokens += row.batch_rows
-                if on_iteration is not None:
-                    on_iteration(row)
+        for row in engine.fast_forward(may_start):   # after a quiet decode step: those that repeat it
+            rows.append(row)
+            tokens += row.batch_rows
+            if on_iteration is not None:
+                on_iteration(row)
         if out.finished:
             bar.update(len(out.finished))
         if not bar.disable and time.perf_counter() - shown_at > PROGRESS_EVERY_S:
             wall, end = time.perf_counter(), executor.now()
             elapsed = end - shown_clock if sim else wall - shown_at
             rate = (tokens - shown_tokens) / elapsed if elapsed > 0 else 0.0
-            bar.set_postfix_str(progress_text(executor.name, end, rate, out.row.batch_size,
-                                              1 - out.row.free / capacity), refresh=False)
+            last = rows[-1]   # the step's own row, or the last of the steps it fast-forwarded
+            bar.set_postfix_str(progress_text(executor.name, end, rate, last.batch_size, 1 - last.free / capacity),
+                                refresh=False)
             shown_at, shown_clock, shown_tokens = wall, end, tokens
     bar.close()
     record.end_s = executor.now()

@@ -11,7 +11,7 @@ LIBRARY = ("engines", "kernels", "workloads", "results", "hydra_plugins")
 COMMANDS = ["workloads.stats", "workloads.write_trace", "results.sweeps.capacity", "results.sweeps.sustainable",
             "results.report.aggregate", "results.report.write", "studies.profile", "studies.fit", "studies.replay",
             "studies.beam_check", "studies.swap_cost", "studies.swap_bench", "studies.kernel_bench",
-            "studies.hf_generate", "studies.beam_persistence", "studies.sensitivity",
+            "studies.hf_generate", "studies.beam_persistence", "studies.sensitivity", "studies.quiet_steps",
             "results.record.wandb_backfill"]
 
 

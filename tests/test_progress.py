@@ -39,9 +39,9 @@ def bar(monkeypatch):
     return RecordingBar.made
 
 
-def sim_backend():
+def sim_backend(*extra: str):
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
-        cfg = compose(config_name="config", overrides=SMALL)
+        cfg = compose(config_name="config", overrides=[*SMALL, *extra])
     rc = entry.RunConfig.parse(cfg)
     backend = rc.build_backend(cfg.gpu_memory_utilization)
     backend.executor.warmup()
@@ -67,7 +67,7 @@ def test_progress_text_labels_the_sim_clock_and_the_wall_clock():
 
 
 def test_sim_bar_shows_simulated_time_and_simulated_throughput(bar):
-    requests, backend = sim_backend()
+    requests, backend = sim_backend("backend.fast_forward=false")   # one postfix per step
     record = run_engine(requests, backend.scheduler, backend.executor, progress=True)
     [made] = bar
     shown = made.postfixes
@@ -81,6 +81,16 @@ def test_sim_bar_shows_simulated_time_and_simulated_throughput(bar):
     assert shown[-1] == progress_text("sim", end, last.batch_rows / (end - end_before), last.batch_size,
                                       1 - last.free / record.capacity_slots)
     assert f"sim_t={record.end_s:.1f}s" in shown[-1]
+
+
+def test_with_the_fast_forward_the_bar_shows_each_pass_and_ends_on_the_last_row(bar):
+    requests, backend = sim_backend()
+    record = run_engine(requests, backend.scheduler, backend.executor, progress=True)
+    [made] = bar
+    shown, last = made.postfixes, record.iterations[-1]
+    assert 0 < len(shown) < len(record.iterations)   # quiet steps run several to a pass
+    assert shown[-1].startswith(f"sim_t={record.end_s:.1f}s ")
+    assert shown[-1].endswith(f" batch={last.batch_size} kv={1 - last.free / record.capacity_slots:.0%}")
 
 
 def test_a_wall_clock_executor_shows_tok_per_s_without_the_sim_label(bar):

@@ -66,23 +66,20 @@ class LinearCostModel:
                   prefill_cached: Sequence[int] = ()) -> dict[str, float]:
         """Prefill after cached tokens C (a shared prefix): its L new tokens add L * C pairs, counted as
         2 * L * C in the pair term's units (L * (L + 1) is twice the causal pairs)."""
+        c = self.c
         pairs = sum(n * (n + 1) for n in prefill_lens)
         if prefill_cached:
             pairs += sum(2 * n * k for n, k in zip(prefill_lens, prefill_cached))
-        blocks = blocks_read(decode_context_lens, self.block_size) if self.block_size else 0
-        return self._terms(len(prefill_lens), len(decode_context_lens), sum(prefill_lens) + len(decode_context_lens),
-                           pairs, sum(decode_context_lens), blocks)
-
-    def _terms(self, prefills: int, decodes: int, tokens: int, pairs: int, ctx: int, blocks: int) -> dict[str, float]:
-        c = self.c
+        tokens = sum(prefill_lens) + len(decode_context_lens)
+        ctx = sum(decode_context_lens)
         if self.block_size:
-            decode = c["paged_ctx_s"] * ctx + c["paged_block_s"] * blocks
+            decode = c["paged_ctx_s"] * ctx + c["paged_block_s"] * blocks_read(decode_context_lens, self.block_size)
         else:
             decode = c["contiguous_ctx_s"] * ctx
         return {
             "overhead": c["overhead_s"],
-            "prefill_iteration": c["prefill_iteration_s"] if prefills else 0.0,
-            "rows": c["per_row_s"] * (prefills + decodes),
+            "prefill_iteration": c["prefill_iteration_s"] if len(prefill_lens) else 0.0,
+            "rows": c["per_row_s"] * (len(prefill_lens) + len(decode_context_lens)),
             "tokens": c["per_token_s"] * tokens,
             "attention_prefill": c["prefill_pair_s"] * pairs,
             "attention_decode": decode,
@@ -90,10 +87,17 @@ class LinearCostModel:
 
     def decode_time(self, rows: int, context: int, blocks: int) -> float:
         """iteration_time of a decode-only batch of `rows` rows whose contexts sum to `context` tokens and span
-        `blocks` blocks: the same terms summed in the same order."""
+        `blocks` blocks: breakdown's terms for it, summed in the same order (tests/engines/test_fast_forward.py
+        holds the two paths' tables equal to the bit)."""
         if rows == 0:
             raise ValueError("decode_time of an empty batch")
-        return sum(self._terms(0, rows, rows, 0, context, blocks).values())
+        c = self.c
+        if self.block_size:
+            decode = c["paged_ctx_s"] * context + c["paged_block_s"] * blocks
+        else:
+            decode = c["contiguous_ctx_s"] * context
+        return sum((c["overhead_s"], 0.0, c["per_row_s"] * rows, c["per_token_s"] * rows, c["prefill_pair_s"] * 0,
+                    decode))
 
     def describe(self) -> str:
         return (f"fitted cost model: {self.model.name} on {self.hw.name} "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -102,3 +103,64 @@ def test_a_step_short_of_a_block_ends_the_quiet_stretch_where_the_step_by_step_r
 def test_backend_fast_forward_must_be_a_bool():
     with pytest.raises(ValueError, match="backend.fast_forward must be true or false"):
         SimBackendConfig(fast_forward="yes")
+
+
+@pytest.mark.parametrize("engine", [{"name": "orca", "reservation": "pow2"}, {"name": "paged", "block_size": 8}])
+def test_the_fast_path_runs_every_quiet_step_but_the_first_of_each_stretch_without_a_batch(engine):
+    """studies.quiet_steps counts what the fast path can skip; on one-row requests with no swapping it skips
+    exactly that: every quiet step but the one that opens each stretch."""
+    from studies.quiet_steps import quiet_mask, stretches
+
+    rng = random.Random(7)
+    requests = [r for r in random_trace(rng, 1, False) if r.prefix_id is None] or [Request(0, 0.0, (1, 2), 50)]
+    iterations, reqs, _ = serve(requests, engine, 1200, "a100-40gb", False, False)
+    _, _, batches = serve(requests, engine, 1200, "a100-40gb", True, False)
+    quiet = quiet_mask(iterations, reqs)
+    assert quiet.sum() > len(stretches(quiet)) > 0
+    assert batches == len(iterations) - (quiet.sum() - len(stretches(quiet)))
+
+
+def test_quiet_stretches_are_the_runs_of_quiet_steps():
+    from studies.quiet_steps import stretches
+
+    assert stretches(np.array([True, True, False, True, False, False, True])).tolist() == [2, 1, 1]
+    assert stretches(np.array([False, False])).tolist() == []
+
+
+def test_each_manager_says_when_a_single_row_group_takes_its_next_block():
+    from engines.kv.contiguous import ContiguousKV
+    from engines.kv.paged import PagedKV
+    from engines.kv.reservation import Reservation
+    from engines.sequence import Sequence
+
+    seq = Sequence(Request(0, 0.0, tuple(range(10)), 30))
+    paged = PagedKV(64, 4, watermark=0.0)
+    assert paged.try_admit(seq)                      # 10 prompt tokens + the first produced: 3 blocks
+    seq.generated = 1
+    assert paged.growth(seq) == (1, 4) and paged.available_blocks == 13
+    paged.append_block(seq)
+    assert len(paged.table(seq)) == 4 and paged.available_blocks == 12
+    region = ContiguousKV(400, Reservation.POW2, 64, "first_fit")
+    assert region.try_admit(seq)                     # 10 + next_pow2(30) = 42 slots
+    assert region.growth(seq) == (42 - 11, 0) and region.available_blocks == 0
+    with pytest.raises(RuntimeError, match="never takes a block"):
+        region.append_block(seq)
+
+
+def test_a_finished_request_ends_the_quiet_stretch_in_the_scheduler():
+    from engines.build import build_scheduler
+    from engines.config import PagedEngineConfig
+    from engines.sequence import Sequence
+    from tests.engines.conftest import UnitExecutor
+
+    scheduler = build_scheduler(PagedEngineConfig(), SchedulerLimits(max_seq_len=64), 640)
+    seqs = [Sequence(Request(i, 0.0, tuple(range(4)), 3 + i)) for i in range(2)]
+    for s in seqs:
+        scheduler.add(s, 0.0)
+    from engines.engine import Engine
+    engine = Engine(scheduler, UnitExecutor())
+    assert engine.step(0.0).batch.prefill and scheduler.quiet() is None
+    out = engine.step(1.0)
+    assert not out.finished and scheduler.quiet() == (seqs, "")
+    out = engine.step(2.0)
+    assert out.finished == [seqs[0]] and scheduler.quiet() is None
