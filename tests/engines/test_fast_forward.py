@@ -164,3 +164,32 @@ def test_a_finished_request_ends_the_quiet_stretch_in_the_scheduler():
     assert not out.finished and scheduler.quiet() == (seqs, "")
     out = engine.step(2.0)
     assert out.finished == [seqs[0]] and scheduler.quiet() is None
+
+
+def _cost_models():
+    from engines.sim.build import build_cost_model
+    from engines.specs.hardware import HardwareSpec
+
+    # A device of little compute and much bandwidth: decode attention compute-bound, to time both branches.
+    slow_compute = HardwareSpec(name="slow-compute", memory_bytes=2**36, peak_flops=1e9, memory_bandwidth=1e14,
+                                flops_efficiency=1.0, bandwidth_efficiency=1.0, interconnect_bandwidth=1e9,
+                                iteration_overhead_s=1e-3)
+    settings = [("opt-13b", load_hardware("a100-40gb")), ("opt-66b", load_hardware("a100-40gb")),   # tp 4
+                ("llama-13b", load_hardware("h200")), ("tiny", load_hardware("cpu")), ("opt-13b", slow_compute)]
+    return [build_cost_model(load_model(m), hw, bs) for m, hw in settings for bs in (None, 1, 16)]
+
+
+COST_MODELS = _cost_models()
+
+
+@pytest.mark.parametrize("index", range(len(COST_MODELS)))
+def test_decode_time_is_iteration_time_of_the_decode_batch_to_the_bit(index):
+    from engines.sim.cost_model import blocks_read
+
+    cost, rng = COST_MODELS[index], random.Random(index)
+    for _ in range(50):
+        contexts = [rng.randint(1, 2048) for _ in range(rng.randint(1, 64))]
+        blocks = blocks_read(contexts, cost.block_size) if cost.block_size else 0
+        assert cost.decode_time(len(contexts), sum(contexts), blocks) == cost.iteration_time([], contexts)
+    with pytest.raises(ValueError, match="decode_time of an empty batch"):
+        cost.decode_time(0, 0, 0)
