@@ -40,7 +40,7 @@ def random_trace(rng: random.Random, width: int, beam: bool) -> list[Request]:
 
 
 def serve(requests, engine, slots, hardware, fast, stop):
-    model = load_model("opt-13b")
+    model = load_model("tiny" if hardware == "cpu-tiny" else "opt-13b")   # a fitted preset times its own model
     limits = SchedulerLimits(max_num_seqs=16, max_num_batched_tokens=256, max_seq_len=256)
     setup = build_sim(SimBackendConfig(kv_budget_slots=slots, fast_forward=fast), model, load_hardware(hardware),
                       engine_config(dict(engine), swap_space=64), limits)
@@ -66,7 +66,7 @@ def test_fast_forward_gives_the_step_by_step_run(seed):
         width, beam = 1, False
     requests = random_trace(rng, width, beam)
     slots = rng.choice([300, 600, 1200, 4000])
-    hardware = rng.choice(["a100-40gb", "cpu"])   # the roofline and the fitted cost model
+    hardware = rng.choice(["a100-40gb", "cpu-tiny"])   # the roofline and the fitted cost model
     stop = rng.random() < 0.2 and requests[-1].arrival_s > 0
     step_by_step = serve(requests, engine, slots, hardware, False, stop)
     fast = serve(requests, engine, slots, hardware, True, stop)
@@ -175,7 +175,8 @@ def _cost_models():
                                 flops_efficiency=1.0, bandwidth_efficiency=1.0, interconnect_bandwidth=1e9,
                                 iteration_overhead_s=1e-3)
     settings = [("opt-13b", load_hardware("a100-40gb")), ("opt-66b", load_hardware("a100-40gb")),   # tp 4
-                ("llama-13b", load_hardware("h200")), ("tiny", load_hardware("cpu")), ("opt-13b", slow_compute)]
+                ("llama-13b", load_hardware("h200")), ("tiny", load_hardware("cpu-tiny")),   # fitted
+                ("opt-13b", slow_compute)]
     return [build_cost_model(load_model(m), hw, bs) for m, hw in settings for bs in (None, 1, 16)]
 
 
@@ -193,3 +194,10 @@ def test_decode_time_is_iteration_time_of_the_decode_batch_to_the_bit(index):
         assert cost.decode_time(len(contexts), sum(contexts), blocks) == cost.iteration_time([], contexts)
     with pytest.raises(ValueError, match="decode_time of an empty batch"):
         cost.decode_time(0, 0, 0)
+
+
+def test_both_kinds_of_cost_model_are_checked():
+    from engines.sim.linear_cost import LinearCostModel
+
+    kinds = {type(c).__name__ for c in COST_MODELS}
+    assert kinds == {"CostModel", LinearCostModel.__name__}
