@@ -16,7 +16,9 @@ postprocess):
    (`release_finished`).
 
 It returns a `StepOutput`: the iteration's row, the sequences that gained a
-token, and those that finished.
+token, and those that finished. Drivers only decide when requests arrive
+and what to do with the output: `engines.loop.run_engine` replays a trace,
+`engines.serving.online_loop.serve_loop` takes requests from an inbox.
 
 `Engine.fast_forward` runs what would follow a quiet decode step (every
 running group one row, nothing preempted, copied or swapped) until the next
@@ -27,9 +29,7 @@ times come from the cost model in closed form (`Executor.quiet_decodes`),
 their blocks are taken in the step-by-step order, and each gets its row and
 split as `step` would record them; the sequences get their tokens at the
 end. The same run, step for step (`backend.fast_forward=false` keeps the
-step-by-step path; tests/engines/test_fast_forward.py holds the two equal). Drivers only decide when requests arrive
-and what to do with the output: `engines.loop.run_engine` replays a trace,
-`engines.serving.online_loop.serve_loop` takes requests from an inbox.
+step-by-step path; tests/engines/test_fast_forward.py holds the two equal).
 """
 from __future__ import annotations
 
@@ -51,6 +51,15 @@ class StepOutput:
     batch: Batch
     advanced: list[Sequence]     # groups that produced a token (one per row), in batch order
     finished: list[Sequence]     # groups that produced their last token and freed their memory
+
+
+def memory_fields(scheduler: Scheduler) -> dict[str, int]:
+    """An iteration row's memory columns, read now: the saving's terms and the KV split."""
+    split = scheduler.memory_split()
+    unshared, allocated = scheduler.kv.usage()
+    return {"unshared_slots": unshared, "allocated_slots": allocated, "token_states": split.token_states,
+            "reservation": split.reservation, "internal_fragmentation": split.internal_fragmentation,
+            "external_fragmentation": split.external_fragmentation, "free": split.free}
 
 
 class Engine:
@@ -82,8 +91,7 @@ class Engine:
         duration = executor.execute(batch)
         advanced = batch.advancing()
         done_now = record_tokens(advanced, executor.now())
-        split = scheduler.memory_split()
-        unshared, allocated = scheduler.kv.usage()
+        memory = memory_fields(scheduler)
         scheduler.after_iteration(batch)
         held = len(scheduler.held())
         finished = scheduler.release_finished(done_now)
@@ -94,10 +102,7 @@ class Engine:
             num_waiting=len(scheduler.waiting), preempted=batch.preempted, batch_rows=batch.num_rows,
             copy_tokens=batch.copy_tokens, swapped_out=batch.swapped_out, swapped_in=batch.swapped_in,
             swap_blocks=len(batch.swap_out) + len(batch.swap_in), num_swapped=len(scheduler.swapped),
-            admission_blocked_by=batch.admission_blocked_by,
-            unshared_slots=unshared, allocated_slots=allocated, token_states=split.token_states,
-            reservation=split.reservation, internal_fragmentation=split.internal_fragmentation,
-            external_fragmentation=split.external_fragmentation, free=split.free)
+            admission_blocked_by=batch.admission_blocked_by, **memory)
         return StepOutput(row, batch, advanced, finished)
 
     def fast_forward(self, may_start: Callable[[float], bool]) -> list[IterationRow]:
@@ -129,16 +134,11 @@ class Engine:
                 kv.append_block(seqs[takes[taken][1]])
                 taken += 1
             scheduler.quiet_step()
-            split = scheduler.memory_split()
-            unshared, allocated = kv.usage()
             rows.append(IterationRow(
                 start_s=start, duration_s=duration, prefill_seqs=0, prefill_tokens=0, decode_seqs=n,
                 decode_rows=n, batch_size=n, num_held=n, num_waiting=waiting, preempted=0, batch_rows=n,
                 copy_tokens=0, swapped_out=0, swapped_in=0, swap_blocks=0, num_swapped=0,
-                admission_blocked_by=blocked_by, unshared_slots=unshared, allocated_slots=allocated,
-                token_states=split.token_states, reservation=split.reservation,
-                internal_fragmentation=split.internal_fragmentation,
-                external_fragmentation=split.external_fragmentation, free=split.free))
+                admission_blocked_by=blocked_by, **memory_fields(scheduler)))
         if ran:
             ends = [end for _, _, end in ran]
             for seq in seqs:
