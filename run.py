@@ -234,7 +234,8 @@ def main(cfg: DictConfig) -> dict | None:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     config = plain(cfg)
-    identity = RunIdentity(config, provenance.code()["code_version"], tuple(hydra_cfg.overrides.task))
+    code = provenance.code()
+    identity = RunIdentity(config, code["result_code"], tuple(hydra_cfg.overrides.task), code["code_version"])
     try:
         with folder_lock(run_dir):
             done = check_reuse(run_dir, identity, bool(cfg.rerun))

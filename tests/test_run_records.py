@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from paths import ROOT
+from results.record.result_code import result_code
 from results.record.identity import LOCK, RUN_RECORD, RunIdentity, check_reuse, folder_lock, FolderRefused
 from results.record.store import ERROR, REFUSED, SUMMARY, read_parquet_metadata
 from results.sweeps.collect import collect, collect_failures, mixed_code_note
@@ -54,14 +55,16 @@ def test_a_finished_folder_is_reused_only_for_the_same_config(tmp_path):
     assert not (folder / REFUSED).exists()
 
 
-def test_another_code_version_is_named_and_refused(tmp_path):
+def test_another_result_code_is_named_and_refused(tmp_path):
     config = {"engine": {"name": "paged"}, "progress": None, "logger": {"name": "none"}}
-    ours = RunIdentity(config, "abc+dirty.1")
+    ours = RunIdentity(config, "bbb", code_version="c2")
     (tmp_path / SUMMARY).write_text("{}")
-    (tmp_path / RUN_RECORD).write_text(json.dumps({"fingerprint": "x", "code_version": "abc",
+    (tmp_path / RUN_RECORD).write_text(json.dumps({"fingerprint": "x", "result_code": "aaa", "code_version": "c1",
                                                    "config": {**config, "progress": True}}))
-    with pytest.raises(FolderRefused, match=r"code_version: 'abc' -> 'abc\+dirty.1'"):
+    with pytest.raises(FolderRefused, match=r"result_code: 'aaa' -> 'bbb'"):
         check_reuse(tmp_path, ours, rerun=False)
+    # another commit with the same result code is the same run: only the result code is in the fingerprint
+    assert RunIdentity(config, "bbb", code_version="c1").fingerprint == ours.fingerprint
     assert check_reuse(tmp_path, ours, rerun=True) is None
     # progress and logger do not change a result: they are not part of the fingerprint
     assert RunIdentity({**config, "progress": True}, "v").fingerprint == RunIdentity(config, "v").fingerprint
@@ -111,6 +114,7 @@ def test_every_record_says_what_made_it(tmp_path):
         assert read_parquet_metadata(tmp_path / table) == meta
     record = json.loads((tmp_path / RUN_RECORD).read_text())
     assert record["code_version"] == meta["code_version"] and record["config"]["engine"]["allocator"] == "first_fit"
+    assert record["result_code"] == meta["result_code"] == result_code()
 
 
 @pytest.mark.slow
@@ -152,15 +156,21 @@ def test_a_capacity_search_records_each_failed_runs_own_error(tmp_path):
 
 
 def test_a_sweep_table_names_its_code_versions_and_says_when_they_are_mixed(tmp_path):
-    for i, version in enumerate(["aaa", "aaa", "bbb"]):
+    # three commits, two versions of the result-affecting code: commits c1 and c2 made the same runs
+    for i, (commit, result) in enumerate([("c1", "aaa"), ("c2", "aaa"), ("c3", "bbb")]):
         folder = tmp_path / f"r{i}"
         folder.mkdir()
-        (folder / SUMMARY).write_text(json.dumps({"engine": "paged", "metadata": {"code_version": version,
-                                                                                  "git_commit": version}}))
+        (folder / SUMMARY).write_text(json.dumps({"engine": "paged", "metadata": {
+            "code_version": commit, "git_commit": commit, "result_code": result}}))
     df = collect(tmp_path)
-    assert sorted(df["code_version"]) == ["aaa", "aaa", "bbb"] and "metadata" not in df
-    assert mixed_code_note(df) == "runs from 2 code versions are mixed in this table: aaa (2 runs), bbb (1 runs)"
-    assert mixed_code_note(df[df["code_version"] == "aaa"]) is None
+    assert sorted(df["code_version"]) == ["c1", "c2", "c3"] and "metadata" not in df
+    assert sorted(df["result_code"]) == ["aaa", "aaa", "bbb"]
+    assert mixed_code_note(df) == ("runs from 2 versions of the result-affecting code are mixed in this table: "
+                                   "aaa (2 runs), bbb (1 runs)")
+    assert mixed_code_note(df[df["result_code"] == "aaa"]) is None
+    # runs recorded before the result code was: one "unknown" version, not mixed with itself
+    old = collect(tmp_path).drop(columns="result_code")
+    assert mixed_code_note(old) is None
 
 
 def test_the_report_names_experiments_that_mix_code_versions(tmp_path):
@@ -170,6 +180,6 @@ def test_the_report_names_experiments_that_mix_code_versions(tmp_path):
         for i, version in enumerate(versions):
             folder = tmp_path / name / f"r{i}"
             folder.mkdir(parents=True)
-            (folder / SUMMARY).write_text(json.dumps({"engine": "paged", "metadata": {"code_version": version}}))
-    assert code_notes(tmp_path) == ["memory_waste: runs from 2 code versions are mixed in this table: "
-                                    "aaa (1 runs), bbb (1 runs)"]
+            (folder / SUMMARY).write_text(json.dumps({"engine": "paged", "metadata": {"result_code": version}}))
+    assert code_notes(tmp_path) == ["memory_waste: runs from 2 versions of the result-affecting code are mixed in "
+                                    "this table: aaa (1 runs), bbb (1 runs)"]

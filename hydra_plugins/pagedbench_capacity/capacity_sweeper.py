@@ -37,17 +37,19 @@ log = logging.getLogger("pagedbench")
 
 
 def expand_grid(overrides) -> list[list[str]]:
-    """Every combination of the sweep overrides (a,b,c lists), plain overrides kept in each."""
-    choices = []
+    """Every combination of the sweep overrides (a,b,c lists), plain overrides kept in each. A key given twice
+    takes its last value, as Hydra's basic sweeper does: a command-line `workload.seed=0` replaces the
+    experiment's `workload.seed: 0,1,2`."""
+    choices = {}
     for override in overrides:
         key = override.get_key_element()
         if override.is_sweep_override():
             if not override.is_discrete_sweep():
                 raise ValueError(f"the capacity sweeper takes lists (a,b,c), not {override.input_line!r}")
-            choices.append([f"{key}={value}" for value in override.sweep_string_iterator()])
+            choices[key] = [f"{key}={value}" for value in override.sweep_string_iterator()]
         else:
-            choices.append([f"{key}={override.get_value_element_as_str()}"])
-    return [list(combo) for combo in itertools.product(*choices)]
+            choices[key] = [f"{key}={override.get_value_element_as_str()}"]
+    return [list(combo) for combo in itertools.product(*choices.values())]
 
 
 def run_error(result) -> str:

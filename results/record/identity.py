@@ -1,8 +1,10 @@
 """A run folder's identity and its owner: what run it holds, and which process may write it.
 
 Every run writes `run.json` first: the fingerprint of everything that determines its result (the
-resolved config, minus the keys that only change how it is shown: `progress`, `rerun`, `logger`) and the
-code version (`provenance.code`), with the config and Hydra's own record of the call. A folder that holds
+resolved config, minus the keys that only change how it is shown: `progress`, `rerun`, `logger`, and the
+hash of the code and data results depend on, `result_code`), with the commit (`code_version`), the config
+and Hydra's own record of the call. A commit that leaves `result_code` as it was (a change to the report,
+the tests, the docs) keeps every finished run reusable. A folder that holds
 a finished run (`summary.json`) is reused only when both match; otherwise the run is refused with one line
 naming the keys that differ, and the folder is left as it was (Hydra's `.hydra/` files, which Hydra
 rewrites before any of our code runs, are put back). `rerun=true` replaces the folder's run instead.
@@ -68,13 +70,14 @@ def flatten(d: dict, prefix: str = "") -> dict:
 @dataclass(frozen=True, slots=True)
 class RunIdentity:
     config: dict          # the resolved config, all of it
-    code_version: str
+    result_code: str      # results/record/result_code.py
     overrides: tuple[str, ...] = ()
+    code_version: str | None = None   # the commit, recorded beside the fingerprint but not part of it
 
     @property
     def keys(self) -> dict:
-        """What the fingerprint covers, flat: every result-determining config key, and the code version."""
-        return {**flatten(result_config(canonical(self.config))), "code_version": self.code_version}
+        """What the fingerprint covers, flat: every result-determining config key, and the result code."""
+        return {**flatten(result_config(canonical(self.config))), "result_code": self.result_code}
 
     @property
     def fingerprint(self) -> str:
@@ -83,7 +86,7 @@ class RunIdentity:
 
     def differences(self, record: dict) -> list[str]:
         """`key: theirs -> ours` for each key where `record` (a run.json) differs from this run."""
-        theirs = {**flatten(result_config(record.get("config", {}))), "code_version": record.get("code_version")}
+        theirs = {**flatten(result_config(record.get("config", {}))), "result_code": record.get("result_code")}
         ours = self.keys
         return [f"{k}: {theirs.get(k, '(absent)')!r} -> {ours.get(k, '(absent)')!r}"
                 for k in sorted(set(theirs) | set(ours)) if theirs.get(k) != ours.get(k)]
@@ -97,10 +100,12 @@ def read_record(run_dir: Path) -> dict | None:
 
 
 def write_record(run_dir: Path, identity: RunIdentity, metadata: dict) -> None:
-    """run.json: the run's fingerprint, code version and config, and Hydra's files as this call wrote them."""
+    """run.json: the run's fingerprint, result code, code version and config, and Hydra's files as this call
+    wrote them."""
     hydra = {name: (run_dir / ".hydra" / name).read_text() for name in HYDRA_FILES
              if (run_dir / ".hydra" / name).is_file()}
-    write_json({"fingerprint": identity.fingerprint, "code_version": identity.code_version,
+    write_json({"fingerprint": identity.fingerprint, "result_code": identity.result_code,
+                "code_version": identity.code_version,
                 "overrides": list(identity.overrides), "started": metadata.get("date"),
                 "config": canonical(identity.config), "hydra_files": hydra}, run_dir / RUN_RECORD)
 

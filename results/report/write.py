@@ -29,7 +29,9 @@ from results.report.sensitivity import section_sensitivity
 from results.report.sharing import section_chat, section_prefix, section_real_sharing, section_sampling
 from results.report.swapping import section_swap
 from results.record.store import atomic_write
-from results.sweeps.collect import collect, mixed_code_note
+from results.record import provenance
+from results.record.result_code import result_code
+from results.sweeps.collect import code_versions, collect, mixed_code_note
 from results.report.paper_sections import (section_batch, section_blocks, section_capacity, section_memory,
                                            section_method, section_table1)
 from results.report.read import load, load_capacity
@@ -80,13 +82,44 @@ def code_notes(experiments: Path) -> list[str]:
     return [n for n in notes if not n.endswith(": None")]
 
 
+def made_by() -> str:
+    """The report's first line after its title: the commit that rendered it and its result-affecting code."""
+    code = provenance.code()
+    commit = code["git_commit"][:12] if code["git_commit"] else code["code_version"]
+    return (f"Rendered at commit {commit}{' (uncommitted changes)' if code['git_dirty'] else ''}, result-affecting "
+            f"code {result_code()} (`python -m results.record.result_code`; the section \"Records behind this "
+            "report\" at the end says which code made each experiment's runs).\n")
+
+
+def records_table(experiments: Path) -> str:
+    """One row per experiment folder read: its finished runs, the result codes and commits that made them,
+    and whether they are this checkout's result code; "" without experiments."""
+    if not experiments.is_dir():
+        return ""
+    here, rows = result_code(), []
+    for folder in sorted(p for p in experiments.iterdir() if p.is_dir()):
+        df = collect(folder)
+        if not len(df):
+            continue
+        codes = code_versions(df)
+        commits = sorted({str(c)[:12] for c in df.get("git_commit", []) if isinstance(c, str)}) or ["unknown"]
+        rows.append(f"| {folder.name} | {len(df)} | {', '.join(codes)} | {', '.join(commits)} | "
+                    f"{'yes' if codes == [here] else 'no: rerun it'} |")
+    if not rows:
+        return ""
+    return ("## Records behind this report\n\nEach experiment's finished runs and the result-affecting code that "
+            f"made them (this checkout's is {here}; `python run.py -m experiment=NAME` reruns a stale one):\n\n"
+            "| experiment | runs | result code | commits | this code |\n|---|---|---|---|---|\n"
+            + "\n".join(rows) + "\n")
+
+
 def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path | None = None,
             swap_bench: Path = KEPT_RUNS / "swap_bench_cpu", peers: Path = KEPT_RUNS / "peers_cpu") -> Report:
     """Every section that has runs (its figures drawn into `figures`), then the list of those that have none."""
     replay_dir = replay_dir if replay_dir is not None else experiments.parent / "replay"
     capacity = load_capacity(experiments)
     sections = [
-        Section(TITLE),
+        Section(TITLE + "\n" + made_by()),
         section_method(capacity, load_capacity(experiments, "capacity_1000_requests"),
                        experiments / "capacity_1000_requests"),
         section_table1(),
@@ -107,11 +140,13 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
     ]
     not_run = [part for s in sections for part in s.not_run]
     mixed = code_notes(experiments)
+    records = records_table(experiments)
     text = ("\n".join(s.text for s in sections if s.text)
             + ("\n## Code versions\n\nSome experiments mix runs of different code (each run's `code_version` is in "
                "its summary and in the sweep's aggregate.csv):\n\n" + "".join(f"- {n}\n" for n in mixed)
                if mixed else "")
-            + ("\n" + not_in_report(not_run) if not_run else ""))
+            + ("\n" + not_in_report(not_run) if not_run else "")
+            + ("\n" + records if records else ""))
     return Report(text, any(s.has_runs for s in sections), not_run,
                   [w for s in sections for w in s.warnings] + mixed, [experiments, real_cpu, swap_bench, peers, replay_dir])
 

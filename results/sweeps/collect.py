@@ -9,9 +9,10 @@ command line). Every other run folder is a failure: its `error.json`
 message, or "unfinished" when it has neither file. Failures are listed apart
 and never enter the table; so is a finished folder that refused a later run
 (`refused.json`: it held another config's or code's run), beside its row.
-A summary's metadata block becomes three columns, `code_version`,
-`git_commit` and `git_dirty`: `code_versions` tells whether a table mixes
-runs of different code. `request_rate` is NaN for an offline trace (all
+A summary's metadata block becomes four columns, `code_version`,
+`git_commit`, `git_dirty` and `result_code`: `code_versions` tells whether a
+table mixes runs of different result-affecting code (runs of two commits with
+one `result_code` are the same runs). `request_rate` is NaN for an offline trace (all
 requests at t = 0).
 """
 from __future__ import annotations
@@ -29,7 +30,7 @@ from results.record.store import ERROR, REFUSED, SUMMARY
 
 ENGINE_ORDER = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
 OVERRIDES = Path(".hydra") / "overrides.yaml"
-PROVENANCE = ("code_version", "git_commit", "git_dirty")   # from each summary's metadata block
+PROVENANCE = ("code_version", "git_commit", "git_dirty", "result_code")   # from each summary's metadata block
 
 
 def engine_rank(engine) -> int:
@@ -132,19 +133,22 @@ def collect(sweep_dir: str | Path) -> pd.DataFrame:
 
 
 def code_versions(df: pd.DataFrame) -> list[str]:
-    """The distinct code versions of a sweep table's runs (runs from before the metadata block: "unknown")."""
-    if "code_version" not in df or not len(df):
+    """The distinct result codes of a sweep table's runs (runs from before the result code was recorded:
+    "unknown")."""
+    if not len(df):
         return []
-    return sorted({str(v) if isinstance(v, str) else "unknown" for v in df["code_version"]})
+    if "result_code" not in df:
+        return ["unknown"]
+    return sorted({str(v) if isinstance(v, str) else "unknown" for v in df["result_code"]})
 
 
 def mixed_code_note(df: pd.DataFrame) -> str | None:
-    """One line when the table's runs come from more than one code version, else None."""
+    """One line when the table's runs come from more than one version of the result-affecting code, else None."""
     versions = code_versions(df)
     if len(versions) <= 1:
         return None
-    counts = df["code_version"].fillna("unknown").value_counts()
-    return (f"runs from {len(versions)} code versions are mixed in this table: "
+    counts = (df["result_code"] if "result_code" in df else pd.Series([None] * len(df))).fillna("unknown").value_counts()
+    return (f"runs from {len(versions)} versions of the result-affecting code are mixed in this table: "
             + ", ".join(f"{v} ({counts.get(v, 0)} runs)" for v in versions))
 
 

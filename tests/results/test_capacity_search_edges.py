@@ -269,3 +269,14 @@ def test_write_tables_warns_once_naming_the_capacity_file_when_a_capacity_is_a_b
         write_tables(pd.DataFrame(rows), tmp_path)
     (record,) = [r for r in caplog.records if r.levelname == "WARNING"]
     assert record.getMessage().startswith(f"{tmp_path / CAPACITY_CSV}: ")
+
+
+def test_a_key_given_again_on_the_command_line_replaces_the_experiments_list():
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra_plugins.pagedbench_capacity.capacity_sweeper import expand_grid
+
+    parse = OverridesParser.create().parse_overrides
+    grid = expand_grid(parse(["engine=orca,paged", "workload.seed=0,1,2", "workload.seed=0"]))
+    assert grid == [["engine=orca", "workload.seed=0"], ["engine=paged", "workload.seed=0"]]
+    assert len(expand_grid(parse(["engine=orca,paged", "workload.seed=0,1,2"]))) == 6
+    assert expand_grid(parse(["workload.seed=0", "workload.seed=1,2"])) == [["workload.seed=1"], ["workload.seed=2"]]
