@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install run test bench bench-compare mutation device-rehearsal clean
+.PHONY: install run test report report-quick bench bench-compare mutation device-rehearsal clean
 
 install: $(VENV)/.installed
 
@@ -20,6 +20,19 @@ run: install
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The report rebuilt from this checkout (results/report/steps.yaml: every run it reads, then docs/REPORT.md).
+# Steps whose records this result-affecting code already made are reused; the time of each step and section
+# is printed. JOBS: parallel processes of each sim sweep (default: one per core); LAUNCHER=slurm for a cluster.
+# report-quick: the same steps, smaller (one seed, short traces, a coarse search), into outputs/report-quick/.
+JOBS ?=
+LAUNCHER ?=
+REPORT_ARGS = $(if $(JOBS),--jobs $(JOBS)) $(if $(LAUNCHER),--launcher $(LAUNCHER))
+report: install
+	$(PY) -m results.report.build $(REPORT_ARGS)
+
+report-quick: install
+	$(PY) -m results.report.build --quick $(REPORT_ARGS)
 
 # The GPU check's dry run in an environment holding only torch, triton, transformers and numpy.
 device-rehearsal:

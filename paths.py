@@ -7,7 +7,7 @@ Code holds no data and data folders hold no code:
     data/profiles/        measured iteration profiles that the sim's fitted presets come from
     data/reference/       the paper's published figures and the earlier report's, as numbers the report quotes
     data/runs/            run records kept in the repository (real CPU runs, the swap benchmark)
-    docs/                 the generated report (REPORT.md) and its figures
+    docs/                 the generated report (REPORT.md) and its figures; docs/report/ its steps and templates
     outputs/              everything a run, sweep or study writes (ignored by git)
     tests/data/           the test suite's small input files
 """
@@ -24,6 +24,7 @@ REFERENCE = DATA / "reference"
 KEPT_RUNS = DATA / "runs"
 DOCS = ROOT / "docs"
 REPORT = DOCS / "REPORT.md"
+REPORT_SOURCES = DOCS / "report"   # what the report is built from: its steps (steps.yaml) and templates/
 FIGURES = DOCS / "figures"
 OUTPUTS = ROOT / "outputs"
 EXPERIMENTS = OUTPUTS / "experiments"

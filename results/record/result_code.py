@@ -2,7 +2,8 @@
 
 A run's numbers follow from its config and from these files: the engines, the workloads, the kernels, the
 config groups and presets (conf/), the packaged traces and profiles, the summary that turns a run's rows into
-its figures and the capacity search that picks the rates. A commit that changes only the report's prose, a
+its figures, the capacity search that picks the rates, run.py that drives a run and the studies (studies/)
+whose tables the report reads. A commit that changes only the report's prose, a
 test or the README leaves this hash as it was, so a record made before it still describes the code after it;
 a commit that changes any of them makes every record before it stale.
 
@@ -23,7 +24,8 @@ import sys
 from paths import ROOT
 
 RESULT_PATHS = ("engines", "workloads", "kernels", "conf", "hydra_plugins", "data/traces", "data/profiles",
-                "results/record/summary.py", "results/sweeps/capacity.py", "results/sweeps/sustainable.py")
+                "results/record/summary.py", "results/sweeps/capacity.py", "results/sweeps/sustainable.py",
+                "run.py", "studies")
 LENGTH = 12      # hex digits shown and stored: 48 bits, plenty to tell a few hundred code states apart
 SKIPPED_PARTS = ("__pycache__",)
 

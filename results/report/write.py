@@ -25,6 +25,7 @@ import tempfile
 
 from paths import EXPERIMENTS, KEPT_RUNS, OUTPUTS, REPORT
 from results.report.section import NotRun, Section, shown
+from results.report.steps import Step, load_steps, read_stamp
 from results.report.sensitivity import section_sensitivity
 from results.report.sharing import section_chat, section_prefix, section_real_sharing, section_sampling
 from results.report.swapping import section_swap
@@ -91,26 +92,55 @@ def made_by() -> str:
             "report\" at the end says which code made each experiment's runs).\n")
 
 
-def records_table(experiments: Path) -> str:
-    """One row per experiment folder read: its finished runs, the result codes and commits that made them,
-    and whether they are this checkout's result code; "" without experiments."""
-    if not experiments.is_dir():
-        return ""
-    here, rows = result_code(), []
-    for folder in sorted(p for p in experiments.iterdir() if p.is_dir()):
-        df = collect(folder)
-        if not len(df):
+def step_records(root: Path, steps: list[Step] | None = None) -> list[dict]:
+    """One entry per step of the build whose folder exists under the records' root `root`: its section, how many
+    runs it holds (a sweep's finished runs; else None), the result codes and commits that made them (the
+    stamp's, and a sweep's runs'), and whether they are all this checkout's result code."""
+    here, entries = result_code(), []
+    for step in steps if steps is not None else load_steps():
+        folder = step.folder(root)
+        if not folder.is_dir():
             continue
-        codes = code_versions(df)
-        commits = sorted({str(c)[:12] for c in df.get("git_commit", []) if isinstance(c, str)}) or ["unknown"]
-        rows.append(f"| {folder.name} | {len(df)} | {', '.join(codes)} | {', '.join(commits)} | "
-                    f"{'yes' if codes == [here] else 'no: rerun it'} |")
-    if not rows:
+        stamp = read_stamp(folder)
+        codes = {stamp["result_code"]} if stamp and stamp.get("result_code") else set()
+        commits = {str(stamp["git_commit"])[:12]} if stamp and stamp.get("git_commit") else set()
+        runs = None
+        if step.is_sweep:
+            df = collect(folder)
+            runs = len(df)
+            codes |= set(code_versions(df)) if runs else set()
+            commits |= {str(c)[:12] for c in df.get("git_commit", []) if isinstance(c, str)}
+        entries.append({"step": step.name, "section": step.section, "runs": runs, "codes": sorted(codes),
+                        "commits": sorted(commits), "stamped": bool(stamp and stamp.get("ok")),
+                        "current": bool(stamp and stamp.get("ok")) and codes == {here},
+                        "command": f"python -m results.report.build --steps {step.name}"})
+    return entries
+
+
+def records_table(root: Path, steps: list[Step] | None = None) -> str:
+    """The report's last section: each step's records, the code that made them and whether it is this
+    checkout's; "" when no step has records."""
+    entries = step_records(root, steps)
+    if not entries:
         return ""
-    return ("## Records behind this report\n\nEach experiment's finished runs and the result-affecting code that "
-            f"made them (this checkout's is {here}; `python run.py -m experiment=NAME` reruns a stale one):\n\n"
-            "| experiment | runs | result code | commits | this code |\n|---|---|---|---|---|\n"
+    rows = [f"| {e['step']} | {e['section']} | {'-' if e['runs'] is None else e['runs']} | "
+            f"{', '.join(e['codes']) or 'unknown'} | {', '.join(e['commits']) or 'unknown'} | "
+            + ("yes" if e["current"] else f"no: `{e['command']}`" if e["stamped"]
+               else f"no build stamp: `{e['command']}`") + " |" for e in entries]
+    return ("## Records behind this report\n\nEach step of the build (`docs/report/steps.yaml`), the section it "
+            f"feeds, its runs and the result-affecting code that made them (this checkout's is {result_code()}; "
+            "`make report` reruns every step that is not current):\n\n"
+            "| step | section | runs | result code | commits | this code |\n|---|---|---|---|---|---|\n"
             + "\n".join(rows) + "\n")
+
+
+def provenance_line(heading: str, entries: list[dict]) -> str:
+    """The line a section ends with: the steps behind it and the code and commits that made their records."""
+    mine = [e for e in entries if heading.startswith("## " + e["section"])]
+    if not mine:
+        return ""
+    return ("_Records: " + "; ".join(f"`{e['step']}` at result code {', '.join(e['codes']) or 'unknown'}"
+                                     f" (commit {', '.join(e['commits']) or 'unknown'})" for e in mine) + "._\n")
 
 
 def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path | None = None,
@@ -140,7 +170,12 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
     ]
     not_run = [part for s in sections for part in s.not_run]
     mixed = code_notes(experiments)
-    records = records_table(experiments)
+    entries = step_records(experiments.parent)
+    for s in sections:
+        line = provenance_line(s.text.split("\n", 1)[0], entries) if s.has_runs else ""
+        if line:
+            s.text = s.text.rstrip("\n") + "\n\n" + line
+    records = records_table(experiments.parent)
     text = ("\n".join(s.text for s in sections if s.text)
             + ("\n## Code versions\n\nSome experiments mix runs of different code (each run's `code_version` is in "
                "its summary and in the sweep's aggregate.csv):\n\n" + "".join(f"- {n}\n" for n in mixed)

@@ -157,24 +157,8 @@ def test_only_replaces_the_named_section_and_keeps_every_other_as_shipped(tmp_pa
         replace_sections(old + "## A\n\nagain\n", "## A\n\nnew a\n", ["A"])
 
 
-def test_the_report_says_what_made_it_and_which_experiments_are_stale(tmp_path):
-    import json
-
+def test_the_report_says_what_made_it():
     from results.record.result_code import result_code
-    from results.record.store import SUMMARY
 
-    here = result_code()
-    for name, codes in (("memory_waste", [here, here]), ("batch_size", ["0123456789ab"])):
-        for i, code in enumerate(codes):
-            folder = tmp_path / name / f"r{i}"
-            folder.mkdir(parents=True)
-            (folder / SUMMARY).write_text(json.dumps({"engine": "paged", "metadata": {
-                "result_code": code, "git_commit": f"commit{i}" + "0" * 34}}))
-    text = write.records_table(tmp_path)
-    assert f"| memory_waste | 2 | {here} | commit000000, commit100000 | yes |" in text
-    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert rows["memory_waste"].endswith("| yes |") and f"| {here} |" in rows["memory_waste"]
-    assert rows["batch_size"].endswith("| no: rerun it |") and "| 0123456789ab |" in rows["batch_size"]
-    assert write.records_table(tmp_path / "absent") == ""
     made = write.made_by()
-    assert here in made and "Rendered at commit" in made
+    assert result_code() in made and "Rendered at commit" in made

@@ -1,0 +1,229 @@
+"""Rebuild the report in one command: run every step of docs/report/steps.yaml that this code has no records of, then render.
+
+    python -m results.report.build                 # make report: outputs/ -> docs/REPORT.md
+    python -m results.report.build --quick         # make report-quick: outputs/report-quick/ -> its REPORT.md
+    python -m results.report.build --jobs 2        # the sim sweeps' parallel processes (default: one per core)
+    python -m results.report.build --launcher slurm   # the sim sweeps on a SLURM cluster (conf/hydra/launcher)
+    python -m results.report.build --list          # the steps, their commands and whether their records are current
+    python -m results.report.build --steps capacity,chat   # only these steps, then render
+
+Each step's records go to one folder under the records' root (`results.report.steps`). A step is skipped
+when its folder's stamp says it finished with the same command at this checkout's result-affecting code
+(`python -m results.record.result_code`); a folder made by another command or other code is moved aside to
+ROOT/stale/ first (nothing is deleted), so every record the report reads was made by this code. The untimed
+steps (the sim's sweeps and studies) run first, then the timed ones (the real backend on this CPU, the
+peers, the swap benchmark) one at a time, nothing else of the build running beside them. A failed step is
+reported with the end of its log and the build goes on: the report then holds the sections that have
+records and lists the rest, and the shipped report is not replaced. The time of every step and section is
+printed at the end, and kept in ROOT/build.json.
+"""
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+import json
+import os
+from pathlib import Path
+import shutil
+import subprocess
+import sys
+import time
+
+from paths import OUTPUTS, REPORT, ROOT
+from results.record import provenance
+from results.record.result_code import result_code
+from results.record.store import atomic_write
+from results.report.section import shown
+from results.report.steps import Step, load_steps, read_stamp, write_stamp
+
+FULL_ROOT = OUTPUTS
+QUICK_ROOT = OUTPUTS / "report-quick"
+LOG = "step.log"
+TAIL_LINES = 20
+
+
+def is_current(step: Step, root: Path, quick: bool, code: str) -> bool:
+    """Whether `step`'s folder holds its finished records from this command at result code `code`."""
+    stamp = read_stamp(step.folder(root))
+    return bool(stamp and stamp.get("ok") and stamp.get("result_code") == code
+                and stamp.get("command") == step.argv(root, quick)[1:])
+
+
+def foreign_codes(folder: Path, code: str) -> set[str]:
+    """The result codes other than `code` recorded in `folder`: its stamp's and its run folders' (run.json)."""
+    found = set()
+    stamp = read_stamp(folder)
+    if stamp and stamp.get("result_code"):
+        found.add(stamp["result_code"])
+    for record in Path(folder).rglob("run.json"):
+        try:
+            found.add(json.loads(record.read_text()).get("result_code") or "none")
+        except (OSError, ValueError):
+            found.add("unreadable")
+    return found - {code}
+
+
+def set_aside(step: Step, root: Path, quick: bool, code: str) -> Path | None:
+    """Move `step`'s folder to ROOT/stale/ when it holds records of other code or of another command; the
+    place it went, or None when it stayed (absent, empty, or current records a rerun completes)."""
+    folder = step.folder(root)
+    if not folder.is_dir():
+        return None
+    stamp = read_stamp(folder)
+    other_command = stamp is not None and stamp.get("command") != step.argv(root, quick)[1:]
+    if not foreign_codes(folder, code) and not other_command:
+        return None
+    target = Path(root) / "stale" / f"{step.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(folder), str(target))
+    return target
+
+
+def sweep_args(step: Step, jobs: int | None, launcher: str | None) -> list[str]:
+    """The launcher settings a sim sweep gets from the build's options (a timed step keeps its own: one run at a
+    time)."""
+    if not step.is_sweep or step.timed:
+        return []
+    return ([f"hydra/launcher={launcher}"] if launcher else []) + ([f"hydra.launcher.n_jobs={jobs}"] if jobs else [])
+
+
+def run_step(step: Step, root: Path, quick: bool, code: str, jobs: int | None = None,
+             launcher: str | None = None) -> dict:
+    """Run one step into its folder, its output in step.log there; its stamp, written whether it failed or not."""
+    folder = step.folder(root)
+    folder.mkdir(parents=True, exist_ok=True)
+    argv = step.argv(root, quick, sys.executable)
+    extra = sweep_args(step, jobs, launcher)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if step.is_sweep:
+        env.setdefault("HYDRA_FULL_ERROR", "1")
+    start = time.perf_counter()
+    with open(folder / LOG, "w") as log:
+        log.write(f"$ {' '.join(argv + extra)}\n")
+        log.flush()
+        done = subprocess.run(argv + extra, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=env)
+    wall = time.perf_counter() - start
+    ok = done.returncode == 0 and not failed_runs(folder, step)
+    code_info = provenance.code()
+    stamp = {"step": step.name, "section": step.section, "command": argv[1:], "launcher": extra, "ok": ok,
+             "returncode": done.returncode, "result_code": code, "git_commit": code_info["git_commit"],
+             "code_version": code_info["code_version"], "quick": quick, "timed": step.timed, "wall_s": round(wall, 1),
+             "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    write_stamp(folder, stamp)
+    return stamp
+
+
+def failed_runs(folder: Path, step: Step) -> list[Path]:
+    """A sweep's run folders that ended in error.json (a sweep's process exits 0 when some of its runs fail)."""
+    return sorted(Path(folder).rglob("error.json")) if step.is_sweep else []
+
+
+def tail(path: Path, lines: int = TAIL_LINES) -> str:
+    try:
+        return "\n".join(Path(path).read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def order(steps: list[Step]) -> list[Step]:
+    """Untimed steps first, then the timed ones, each in the file's order."""
+    return [s for s in steps if not s.timed] + [s for s in steps if s.timed]
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min" if seconds >= 60 else f"{seconds:.0f} s"
+
+
+def times_table(stamps: list[dict]) -> str:
+    """Per step and per section: wall time and whether it ran, was reused or failed."""
+    lines = [f"{'step':<24} {'section':<46} {'status':<8} {'time':>9}"]
+    for s in stamps:
+        lines.append(f"{s['step']:<24} {s['section'][:46]:<46} {s['status']:<8} {minutes(s.get('wall_s', 0)):>9}")
+    sections: dict[str, float] = {}
+    for s in stamps:
+        sections[s["section"]] = sections.get(s["section"], 0.0) + (s.get("wall_s", 0) if s["status"] == "ran" else 0)
+    lines.append("")
+    lines += [f"{'section':<46} {'time this build':>16}"] + [f"{k[:46]:<46} {minutes(v):>16}" for k, v in sections.items()]
+    return "\n".join(lines)
+
+
+def render(root: Path, out: Path, force: bool) -> int:
+    """The report from the records under `root` (the report's own command, with this build's folders)."""
+    from results.report.write import main as write_main
+    experiments = root / "experiments"
+    argv = ["--experiments", str(experiments), "--real-cpu", str(experiments / "real_cpu"),
+            "--swap-bench", str(root / "swap_bench"), "--peers", str(root / "peers"), "--replay", str(root / "replay"),
+            "--out", str(out)] + (["--force"] if force else [])
+    return write_main(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.report.build", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help=f"the quick build: each step's quick arguments, records under {shown(QUICK_ROOT)}")
+    parser.add_argument("--root", type=Path, help="the records' root (default outputs/, or outputs/report-quick/)")
+    parser.add_argument("--out", type=Path, help=f"the report (default {shown(REPORT)}; quick: ROOT/REPORT.md)")
+    parser.add_argument("--jobs", type=int, help="parallel processes of each sim sweep (default: one per core)")
+    parser.add_argument("--launcher", help="the sim sweeps' Hydra launcher (conf/hydra/launcher: local, slurm)")
+    parser.add_argument("--steps", help="comma-separated step names to run (default: all); the report is rendered "
+                                        "from whatever records are current")
+    parser.add_argument("--list", action="store_true", help="list the steps and whether their records are current")
+    parser.add_argument("--render-only", action="store_true", help="run nothing: render from the records there are")
+    args = parser.parse_args(argv)
+    if args.jobs is not None and args.jobs < 1:
+        parser.error(f"--jobs must be a positive count of processes, got {args.jobs}")
+    root = Path(shown(args.root or (QUICK_ROOT if args.quick else FULL_ROOT)))   # relative where inside the tree
+    out = args.out or (root / "REPORT.md" if args.quick or args.root else REPORT)
+    try:
+        steps = load_steps()
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.steps:
+        names = [n.strip() for n in args.steps.split(",") if n.strip()]
+        unknown = sorted(set(names) - {s.name for s in steps})
+        if unknown:
+            print(f"error: unknown steps {', '.join(unknown)}; the steps are {', '.join(s.name for s in steps)}",
+                  file=sys.stderr)
+            return 2
+    code = result_code()
+    if args.list:
+        for step in steps:
+            state = "current" if is_current(step, root, args.quick, code) else "to run"
+            print(f"{step.name:<24} {'timed' if step.timed else 'sim':<6} {state:<8} {step.shown(root, args.quick)}")
+        return 0
+    chosen = [s for s in order(steps) if not args.steps or s.name in names]
+    print(f"result-affecting code {code}; records under {shown(root)}; {len(chosen)} steps"
+          + (" (quick)" if args.quick else ""), flush=True)
+    results, failed = [], []
+    for i, step in enumerate([] if args.render_only else chosen, 1):
+        label = f"[{i}/{len(chosen)}] {step.name}"
+        if is_current(step, root, args.quick, code):
+            stamp = read_stamp(step.folder(root))
+            results.append({**stamp, "status": "reused"})
+            print(f"{label}: current records reused ({shown(step.folder(root))})", flush=True)
+            continue
+        moved = set_aside(step, root, args.quick, code)
+        if moved:
+            print(f"{label}: records of other code or another command moved to {shown(moved)}", flush=True)
+        print(f"{label}: {step.shown(root, args.quick)}", flush=True)
+        stamp = run_step(step, root, args.quick, code, args.jobs, args.launcher)
+        results.append({**stamp, "status": "ran" if stamp["ok"] else "failed"})
+        print(f"{label}: {'done' if stamp['ok'] else 'FAILED'} in {minutes(stamp['wall_s'])}", flush=True)
+        if not stamp["ok"]:
+            failed.append(step.name)
+            print(tail(step.folder(root) / LOG), file=sys.stderr)
+    if results:
+        print("\n" + times_table(results))
+        atomic_write(root / "build.json", lambda tmp: Path(tmp).write_text(json.dumps(
+            {"result_code": code, "quick": args.quick, "steps": results}, indent=2) + "\n"))
+    if failed:
+        print(f"failed steps: {', '.join(failed)} (each one's log: its folder's {LOG})", file=sys.stderr)
+    start = time.perf_counter()
+    status = render(root, out, force=False)
+    print(f"rendered in {minutes(time.perf_counter() - start)}")
+    return 1 if failed else status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""Whether a report describes this code: the sections whose records another result-affecting code made.
+
+    python -m results.report.current                  # checks docs/REPORT.md against this checkout; exit 1 if stale
+    python -m results.report.current REPORT.md        # another report
+
+The report ends with "Records behind this report": one row per step of the build, the result code that made
+its records and whether it was the code that rendered it. A report is current when every row's code is this
+checkout's (`python -m results.record.result_code`); otherwise each stale row names its section and the
+command that rebuilds it. An engine fix thus lands with its re-run, or this check (a test of the suite) says
+which parts of the shipped report it leaves behind.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+import sys
+
+from paths import REPORT
+from results.record.result_code import result_code
+
+RECORDS_HEADING = "## Records behind this report"
+
+
+@dataclass(frozen=True, slots=True)
+class Stale:
+    """A step of the report whose records were not made by the code checked against."""
+
+    step: str
+    section: str
+    codes: str
+    command: str
+
+    def __str__(self) -> str:
+        return f"section \"{self.section}\" (step {self.step}, made by result code {self.codes}): `{self.command}`"
+
+
+def records_rows(text: str) -> list[list[str]]:
+    """The cells of each row of the report's records table; ValueError when the report has none."""
+    if RECORDS_HEADING not in text:
+        raise ValueError(f"the report has no \"{RECORDS_HEADING[3:]}\" section, so no record of the code that made "
+                         "it: rebuild it with `make report`")
+    table = text.split(RECORDS_HEADING, 1)[1].split("\n## ", 1)[0]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in table.splitlines()
+            if line.startswith("| ") and not line.startswith("| step |")]
+    return [r for r in rows if len(r) >= 6]
+
+
+def stale_sections(text: str, code: str) -> list[Stale]:
+    """Every step of the report `text` whose records are not all of result code `code`."""
+    stale = []
+    for step, section, _runs, codes, _commits, *_ in records_rows(text):
+        if [c.strip() for c in codes.split(",")] != [code]:
+            stale.append(Stale(step, section, codes, f"python -m results.report.build --steps {step}"))
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.report.current", description=__doc__.splitlines()[0])
+    parser.add_argument("report", nargs="?", type=Path, default=REPORT)
+    args = parser.parse_args(argv)
+    code = result_code()
+    try:
+        stale = stale_sections(args.report.read_text(), code)
+    except (OSError, ValueError) as err:
+        print(f"error: {args.report}: {err}", file=sys.stderr)
+        return 2
+    for s in stale:
+        print(f"stale: {s}")
+    print(f"{args.report}: {'current' if not stale else f'{len(stale)} steps stale'} at result code {code}")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

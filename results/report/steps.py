@@ -1,0 +1,101 @@
+"""The runs behind the report as a list of steps (docs/report/steps.yaml), where each step's records live, and its stamp.
+
+A step is one command that makes the records one part of the report reads: an experiment's sweep
+(`python run.py -m experiment=NAME`), a study (`python -m studies.NAME --out FOLDER`). Its records go to
+one folder under a records' root (outputs/ for the report, outputs/report-quick/ for the quick one): a
+`run.py` step's to ROOT/experiments/NAME, any other's to ROOT/NAME. When a step finishes, the runner
+(`results.report.build`) writes the step's stamp, step.json, into that folder: the command, the
+result-affecting code it ran at, the commit, how long it took. The report reads the stamps to say which
+code made each section, and the staleness check compares them with this checkout's result code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import json
+from pathlib import Path
+import shlex
+
+import yaml
+
+from paths import REPORT_SOURCES
+from results.record.store import atomic_write
+
+STEPS_FILE = REPORT_SOURCES / "steps.yaml"
+STAMP = "step.json"
+EXPERIMENTS_DIR = "experiments"
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One command of the report's build: its name, the section it feeds, whether it is timed, its arguments
+    (full and quick)."""
+
+    name: str
+    section: str
+    command: tuple[str, ...]
+    quick: tuple[str, ...] = ()
+    quick_command: tuple[str, ...] | None = None
+    timed: bool = False
+
+    @property
+    def is_sweep(self) -> bool:
+        """A Hydra multirun of run.py: its records are run folders, reused by their fingerprint."""
+        return "run.py" in self.command
+
+    def folder(self, root: Path) -> Path:
+        return Path(root) / EXPERIMENTS_DIR / self.name if self.is_sweep else Path(root) / self.name
+
+    def argv(self, root: Path, quick: bool = False, python: str = "python") -> list[str]:
+        """The command as run: `python` replaced, {out} filled in, the quick arguments added, and for a sweep
+        its folder (hydra.sweep.dir)."""
+        out = self.folder(root)
+        base = list(self.quick_command) if quick and self.quick_command else [*self.command, *(self.quick if quick
+                                                                                                 else ())]
+        argv = [python if a == "python" else a.replace("{out}", str(out)) for a in base]
+        if self.is_sweep:
+            argv.append(f"hydra.sweep.dir={out}")
+        return argv
+
+    def shown(self, root: Path = Path("outputs"), quick: bool = False) -> str:
+        """The command as a reader types it in the repository's root."""
+        return shlex.join(self.argv(root, quick))
+
+
+def load_steps(path: Path = STEPS_FILE) -> list[Step]:
+    """The steps of steps.yaml, in order; ValueError naming the step on a malformed entry or a repeated name."""
+    raw = yaml.safe_load(Path(path).read_text())
+    steps, seen = [], set()
+    for i, entry in enumerate(raw.get("steps") or []):
+        try:
+            step = Step(name=str(entry["name"]), section=str(entry["section"]),
+                        command=tuple(str(a) for a in entry["command"]),
+                        quick=tuple(str(a) for a in entry.get("quick") or ()),
+                        quick_command=(tuple(str(a) for a in entry["quick_command"])
+                                       if entry.get("quick_command") else None),
+                        timed=bool(entry.get("timed", False)))
+        except (KeyError, TypeError) as err:
+            raise ValueError(f"{path}: step {i + 1} lacks {err} (each step needs name, section and command)") from None
+        if step.name in seen:
+            raise ValueError(f"{path}: two steps are named {step.name}")
+        seen.add(step.name)
+        steps.append(step)
+    return steps
+
+
+def read_stamp(folder: Path) -> dict | None:
+    """The stamp of the step whose records are in `folder`, or None (never run by the build, or unreadable)."""
+    path = Path(folder) / STAMP
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def write_stamp(folder: Path, stamp: dict) -> None:
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    atomic_write(Path(folder) / STAMP, lambda tmp: Path(tmp).write_text(json.dumps(stamp, indent=2) + "\n"))
+
+
+def stamps(root: Path, steps: list[Step] | None = None) -> dict[str, dict | None]:
+    """Every step's stamp under the records' root `root` (None where it has none), by step name."""
+    return {s.name: read_stamp(s.folder(root)) for s in (steps if steps is not None else load_steps())}

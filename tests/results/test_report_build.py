@@ -1,0 +1,160 @@
+"""The report's build: its steps, their folders and stamps, what is reused and what is moved aside, and the
+check that a shipped report describes this code."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import shutil
+import sys
+
+import pytest
+
+from paths import ROOT
+from results.record.result_code import RESULT_PATHS, digest, files, result_code
+from results.report import build, current, write
+from results.report.steps import STAMP, Step, load_steps, read_stamp, stamps, write_stamp
+
+
+def test_every_step_of_the_registry_is_well_formed_and_feeds_a_section_of_the_report():
+    steps = load_steps()
+    assert len({s.name for s in steps}) == len(steps)
+    headings = [line for line in Path(ROOT / "docs" / "REPORT.md").read_text().splitlines() if line.startswith("## ")]
+    for step in steps:
+        assert any(h.startswith("## " + step.section) for h in headings), step
+        module = step.command[2] if step.command[1] == "-m" else step.command[1]
+        assert (ROOT / module).is_file() or (ROOT / (module.replace(".", "/") + ".py")).is_file(), step
+    sweeps = [s for s in steps if s.is_sweep]
+    assert {"capacity", "memory_waste", "real_cpu"} <= {s.name for s in sweeps}
+    # every experiment of conf/experiment is a step (or the step of its _seqcap variant)
+    experiments = {p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml")}
+    assert experiments <= {s.name for s in steps}
+
+
+def test_a_steps_command_fills_in_its_folder_and_the_quick_arguments(tmp_path):
+    sweep = Step("capacity", "Figure 12", ("python", "run.py", "-m", "experiment=capacity"), ("workload.seed=0",))
+    assert sweep.folder(tmp_path) == tmp_path / "experiments" / "capacity"
+    assert sweep.argv(tmp_path, python="PY") == ["PY", "run.py", "-m", "experiment=capacity",
+                                                  f"hydra.sweep.dir={tmp_path / 'experiments' / 'capacity'}"]
+    assert "workload.seed=0" in sweep.argv(tmp_path, quick=True)
+    study = Step("replay", "The sim", ("python", "-m", "studies.replay", "T", "--out", "{out}"),
+                 quick_command=("python", "-m", "studies.replay", "small", "--out", "{out}"))
+    assert study.folder(tmp_path) == tmp_path / "replay"
+    assert study.argv(tmp_path) == ["python", "-m", "studies.replay", "T", "--out", str(tmp_path / "replay")]
+    assert study.argv(tmp_path, quick=True)[3] == "small"
+
+
+def test_a_malformed_registry_is_refused_with_the_step_named(tmp_path):
+    bad = tmp_path / "steps.yaml"
+    bad.write_text("steps:\n  - name: a\n    command: [python, x]\n")
+    with pytest.raises(ValueError, match="step 1 lacks 'section'"):
+        load_steps(bad)
+    bad.write_text("steps:\n  - {name: a, section: s, command: [x]}\n  - {name: a, section: s, command: [y]}\n")
+    with pytest.raises(ValueError, match="two steps are named a"):
+        load_steps(bad)
+
+
+def fake_step(tmp_path: Path) -> Step:
+    """A study step whose command writes one file and succeeds, or fails when FAIL is in its folder."""
+    script = tmp_path / "study.py"
+    script.write_text("import sys, pathlib\nout = pathlib.Path(sys.argv[2])\nout.mkdir(parents=True, exist_ok=True)\n"
+                      "(out / 'table.csv').write_text('x\\n1\\n')\nprint('made it')\n"
+                      "sys.exit(1 if (out / 'FAIL').exists() else 0)\n")
+    return Step("study", "Figure 2", ("python", str(script), "--out", "{out}"), quick=("--small",))
+
+
+def test_a_step_runs_once_and_is_reused_while_the_code_and_command_are_the_same(tmp_path):
+    step, code = fake_step(tmp_path), result_code()
+    assert not build.is_current(step, tmp_path, False, code)
+    stamp = build.run_step(step, tmp_path, False, code)
+    assert stamp["ok"] and stamp["result_code"] == code and stamp["wall_s"] >= 0
+    assert "made it" in (step.folder(tmp_path) / build.LOG).read_text()
+    assert read_stamp(step.folder(tmp_path))["command"] == step.argv(tmp_path, python=sys.executable)[1:]
+    assert build.is_current(step, tmp_path, False, code)
+    assert not build.is_current(step, tmp_path, False, "0" * 12)     # other code: not current
+    assert not build.is_current(step, tmp_path, True, code)          # the quick command differs
+    assert stamps(tmp_path, [step]) == {"study": read_stamp(step.folder(tmp_path))}
+
+
+def test_a_failed_step_is_stamped_as_failed_and_not_reused(tmp_path):
+    step, code = fake_step(tmp_path), result_code()
+    step.folder(tmp_path).mkdir(parents=True)
+    (step.folder(tmp_path) / "FAIL").write_text("")
+    stamp = build.run_step(step, tmp_path, False, code)
+    assert not stamp["ok"] and stamp["returncode"] == 1
+    assert not build.is_current(step, tmp_path, False, code)
+
+
+def test_records_of_other_code_are_moved_aside_never_deleted(tmp_path):
+    step, code = fake_step(tmp_path), result_code()
+    build.run_step(step, tmp_path, False, "0123456789ab")
+    assert build.set_aside(step, tmp_path, False, "0123456789ab") is None       # its own code: stays
+    moved = build.set_aside(step, tmp_path, False, code)
+    assert moved is not None and moved.parent == tmp_path / "stale" and (moved / "table.csv").is_file()
+    assert not step.folder(tmp_path).exists()
+    # a sweep's run folder of other code is found through its run.json, with or without a stamp
+    sweep = Step("sweep", "Figure 2", ("python", "run.py", "-m", "experiment=x"))
+    run = sweep.folder(tmp_path) / "engine=paged"
+    run.mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"result_code": "0123456789ab"}))
+    assert build.foreign_codes(sweep.folder(tmp_path), code) == {"0123456789ab"}
+    assert build.set_aside(sweep, tmp_path, False, code) is not None
+
+
+def test_the_build_runs_only_the_steps_named_and_renders_what_it_has(tmp_path, capsys):
+    assert build.main(["--root", str(tmp_path), "--steps", "nonsense"]) == 2
+    assert "unknown steps nonsense" in capsys.readouterr().err
+    assert build.main(["--root", str(tmp_path), "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert all(s.name in listed for s in load_steps()) and "to run" in listed
+    assert build.main(["--root", str(tmp_path), "--render-only"]) == 2      # nothing has records: nothing written
+    assert "no part of the report has runs" in capsys.readouterr().err
+
+
+def report_with_records(tmp_path: Path, code: str) -> str:
+    """A rendered report over one stamped step made at result code `code`."""
+    step = next(s for s in load_steps() if s.name == "beam_persistence")
+    folder = step.folder(tmp_path)
+    folder.mkdir(parents=True)
+    write_stamp(folder, {"ok": True, "result_code": code, "git_commit": "c" * 40})
+    return "# R\n\n## Parallel sampling and beam search (Figures 14-15)\n\ntext\n\n" + write.records_table(tmp_path)
+
+
+def test_a_report_made_by_this_code_is_current_and_one_made_by_other_code_names_its_sections(tmp_path):
+    here = result_code()
+    text = report_with_records(tmp_path, here)
+    assert "| beam_persistence | Parallel sampling | - | " + here in text and text.rstrip().endswith("| yes |")
+    assert current.stale_sections(text, here) == []
+    stale = current.stale_sections(text, "0" * 12)
+    assert [(s.step, s.section) for s in stale] == [("beam_persistence", "Parallel sampling")]
+    assert "python -m results.report.build --steps beam_persistence" in str(stale[0])
+    with pytest.raises(ValueError, match="no \"Records behind this report\" section"):
+        current.stale_sections("# R\n\n## Method\n", here)
+
+
+def test_an_engine_edit_makes_the_report_stale(tmp_path):
+    """A copy of the result-affecting files has this checkout's code until an engine file changes; the report
+    made by the unchanged code is then stale in every section."""
+    copy = tmp_path / "copy"
+    for name in files(ROOT):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / name, copy / name)
+    here = digest(copy, RESULT_PATHS)
+    assert here == result_code()
+    text = report_with_records(tmp_path / "records", here)
+    assert current.stale_sections(text, digest(copy, RESULT_PATHS)) == []
+    engine = copy / "engines" / "kv" / "paged.py"
+    if not engine.is_file():
+        engine = next(p for p in sorted((copy / "engines").rglob("*.py")))
+    engine.write_text(engine.read_text() + "\n# an engine fix\n")
+    edited = digest(copy, RESULT_PATHS)
+    assert edited != here
+    assert [s.section for s in current.stale_sections(text, edited)] == ["Parallel sampling"]
+
+
+def test_the_section_says_which_records_made_it(tmp_path):
+    text = report_with_records(tmp_path, "0123456789ab")
+    entries = write.step_records(tmp_path)
+    line = write.provenance_line("## Parallel sampling and beam search (Figures 14-15)", entries)
+    assert "`beam_persistence` at result code 0123456789ab (commit cccccccccccc)" in line
+    assert write.provenance_line("## Method", entries) == ""
+    assert "no: `python -m results.report.build --steps beam_persistence`" in text
