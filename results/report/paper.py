@@ -53,6 +53,12 @@ def paper(folder: Path = REFERENCE) -> Paper:
 
 
 @cache
+def reference(folder: Path = REFERENCE) -> dict:
+    """paper.yaml as it is written (every key), for the templates that quote the paper's figures by name."""
+    return _read("paper.yaml", folder)
+
+
+@cache
 def earlier_report(folder: Path = REFERENCE) -> EarlierReport:
     d = _read("earlier_report.yaml", folder)
     return EarlierReport(commit=str(d["commit"]),
