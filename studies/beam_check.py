@@ -55,8 +55,11 @@ def _saving(iterations: pd.DataFrame) -> float:
 class ParentRanks:
     """An executor that runs another and records, at every decode step, which old beam each new beam extends.
 
-    Beams are kept in score order, so a parent's index is its rank.
+    Beams are kept in score order, so a parent's index is its rank. It sees every decode step: the engine
+    never fast-forwards through it.
     """
+
+    fast_forward = False
 
     def __init__(self, inner: Executor):
         self.inner, self.name, self.ranks = inner, inner.name, []

@@ -41,6 +41,15 @@ def experiment_not_run(part: str, name: str, experiments: Path) -> NotRun:
     return NotRun(part, f"python run.py -m experiment={name}", Path(experiments) / name)
 
 
+def step_not_run(name: str, root: Path) -> NotRun:
+    """The part that the build's step `name` (docs/report/steps.yaml) makes, when it has no records under the
+    records' root `root`: the step's title, its command, its folder."""
+    from results.report.steps import step
+
+    s = step(name)
+    return NotRun(s.title, s.shown(root), s.folder(root))
+
+
 @dataclass(slots=True)
 class Section:
     """One section: its text ("" when it has nothing to show), whether any of it comes from runs, the parts of it

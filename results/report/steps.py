@@ -11,6 +11,7 @@ code made each section, and the staleness check compares them with this checkout
 from __future__ import annotations
 
 from dataclasses import dataclass
+import functools
 import json
 from pathlib import Path
 import shlex
@@ -36,6 +37,7 @@ class Step:
     quick: tuple[str, ...] = ()
     quick_command: tuple[str, ...] | None = None
     timed: bool = False
+    title: str = ""
 
     @property
     def is_sweep(self) -> bool:
@@ -61,7 +63,17 @@ class Step:
         return shlex.join(self.argv(root, quick))
 
 
+@functools.cache
+def _load(path: Path) -> tuple[Step, ...]:
+    return tuple(_parse(path))
+
+
 def load_steps(path: Path = STEPS_FILE) -> list[Step]:
+    """The steps of `path` (docs/report/steps.yaml), in order (read once)."""
+    return list(_load(Path(path)))
+
+
+def _parse(path: Path) -> list[Step]:
     """The steps of steps.yaml, in order; ValueError naming the step on a malformed entry or a repeated name."""
     raw = yaml.safe_load(Path(path).read_text())
     steps, seen = [], set()
@@ -72,7 +84,7 @@ def load_steps(path: Path = STEPS_FILE) -> list[Step]:
                         quick=tuple(str(a) for a in entry.get("quick") or ()),
                         quick_command=(tuple(str(a) for a in entry["quick_command"])
                                        if entry.get("quick_command") else None),
-                        timed=bool(entry.get("timed", False)))
+                        timed=bool(entry.get("timed", False)), title=str(entry.get("title") or entry["name"]))
         except (KeyError, TypeError) as err:
             raise ValueError(f"{path}: step {i + 1} lacks {err} (each step needs name, section and command)") from None
         if step.name in seen:
@@ -80,6 +92,14 @@ def load_steps(path: Path = STEPS_FILE) -> list[Step]:
         seen.add(step.name)
         steps.append(step)
     return steps
+
+
+def step(name: str) -> Step:
+    """The step called `name`; KeyError naming the steps there are."""
+    for s in load_steps():
+        if s.name == name:
+            return s
+    raise KeyError(f"no step {name} in {STEPS_FILE}")
 
 
 def read_stamp(folder: Path) -> dict | None:

@@ -1,5 +1,6 @@
 """Figure 19a's sim table and its command; the sim's beam model and the beam check's measures of it."""
 import numpy as np
+import pytest
 
 from engines.sim.beam_model import BeamModel, fit_decay
 from studies.beam_check import distinct_parents, model_distinct_parents
@@ -32,3 +33,14 @@ def test_the_beam_model_draws_the_same_parents_for_a_request_whatever_the_order(
     b.parents(9, 4)                      # another request interleaved does not change request 7's draws
     assert [b.parents(7, 4) for _ in range(5)] == first
     assert all(p == sorted(p) and 0 <= min(p) and max(p) < 4 for p in first)
+
+
+@pytest.mark.slow
+def test_the_beam_check_runs_end_to_end_on_the_real_backend(tmp_path):
+    """The whole study, small: the real paged engine through the recording executor, then the sim (it once
+    broke when the engine learnt to fast-forward, and only the report's build found it)."""
+    from studies.beam_check import main
+
+    assert main(["--out", str(tmp_path), "--widths", "2", "--requests", "4"]) == 0
+    table = (tmp_path / "beam_check.csv").read_text().splitlines()
+    assert table[0].startswith("beam_width") and len(table) == 2
