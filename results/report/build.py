@@ -27,6 +27,7 @@ from pathlib import Path
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from paths import OUTPUTS, REPORT, ROOT
@@ -94,9 +95,7 @@ def run_step(step: Step, root: Path, quick: bool, code: str, jobs: int | None = 
     folder.mkdir(parents=True, exist_ok=True)
     argv = step.argv(root, quick, sys.executable)
     extra = sweep_args(step, jobs, launcher)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    if step.is_sweep:
-        env.setdefault("HYDRA_FULL_ERROR", "1")
+    env = {**os.environ, "PYTHONUNBUFFERED": "true"}      # any non-empty value: the log is written as it goes
     start = time.perf_counter()
     with open(folder / LOG, "w") as log:
         log.write(f"$ {' '.join(argv + extra)}\n")
@@ -147,14 +146,35 @@ def times_table(stamps: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def render(root: Path, out: Path, force: bool) -> int:
-    """The report from the records under `root` (the report's own command, with this build's folders)."""
-    from results.report.write import main as write_main
+def render(root: Path, out: Path, complete_or_fail: bool = False) -> int:
+    """The report from the records under `root` (as `python -m results.report` renders it, from this build's
+    folders). With `complete_or_fail` (the quick build) every part must have records and every section must
+    come from this checkout's result code, else 1; 2 when nothing could be written."""
+    from results.report.current import stale_sections
+    from results.report.write import compose, write_report
+
     experiments = root / "experiments"
-    argv = ["--experiments", str(experiments), "--real-cpu", str(experiments / "real_cpu"),
-            "--swap-bench", str(root / "swap_bench"), "--peers", str(root / "peers"), "--replay", str(root / "replay"),
-            "--out", str(out)] + (["--force"] if force else [])
-    return write_main(argv)
+    with tempfile.TemporaryDirectory() as figures:
+        report = compose(experiments, experiments / "real_cpu", Path(figures), root / "replay", root / "swap_bench",
+                         root / "peers")
+        for part in report.not_run:
+            print(f"not in the report: {part}")
+        try:
+            write_report(report, Path(figures), out)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"wrote {out}")
+    if not complete_or_fail:
+        return 0
+    stale = stale_sections(report.text, result_code())
+    for s in stale:
+        print(f"error: stale records: {s}", file=sys.stderr)
+    if report.not_run:
+        print(f"error: {len(report.not_run)} parts of the quick report have no records (listed above)", file=sys.stderr)
+    return 1 if stale or report.not_run else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, help="the records' root (default outputs/, or outputs/report-quick/)")
     parser.add_argument("--out", type=Path, help=f"the report (default {shown(REPORT)}; quick: ROOT/REPORT.md)")
     parser.add_argument("--jobs", type=int, help="parallel processes of each sim sweep (default: one per core)")
-    parser.add_argument("--launcher", help="the sim sweeps' Hydra launcher (conf/hydra/launcher: local, slurm)")
+    parser.add_argument("--launcher", help="the sim sweeps' Hydra launcher (conf/hydra/launcher: local, slurm; "
+                                           "basic: in the sweep's own process, the quick build's default)")
     parser.add_argument("--steps", help="comma-separated step names to run (default: all); the report is rendered "
                                         "from whatever records are current")
     parser.add_argument("--list", action="store_true", help="list the steps and whether their records are current")
@@ -196,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"result-affecting code {code}; records under {shown(root)}; {len(chosen)} steps"
           + (" (quick)" if args.quick else ""), flush=True)
     results, failed = [], []
+    launcher = args.launcher or ("basic" if args.quick and not args.jobs else None)   # tiny runs: no process pool
     for i, step in enumerate([] if args.render_only else chosen, 1):
         label = f"[{i}/{len(chosen)}] {step.name}"
         if is_current(step, root, args.quick, code):
@@ -207,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         if moved:
             print(f"{label}: records of other code or another command moved to {shown(moved)}", flush=True)
         print(f"{label}: {step.shown(root, args.quick)}", flush=True)
-        stamp = run_step(step, root, args.quick, code, args.jobs, args.launcher)
+        stamp = run_step(step, root, args.quick, code, args.jobs, launcher)
         results.append({**stamp, "status": "ran" if stamp["ok"] else "failed"})
         print(f"{label}: {'done' if stamp['ok'] else 'FAILED'} in {minutes(stamp['wall_s'])}", flush=True)
         if not stamp["ok"]:
@@ -220,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"failed steps: {', '.join(failed)} (each one's log: its folder's {LOG})", file=sys.stderr)
     start = time.perf_counter()
-    status = render(root, out, force=False)
+    status = render(root, out, complete_or_fail=args.quick)
     print(f"rendered in {minutes(time.perf_counter() - start)}")
     return 1 if failed else status
 
