@@ -3,7 +3,8 @@ uncertain inputs, read from the table `python -m studies.sensitivity` writes (se
 
 For each figure and input: the ratio at the low end, the preset and the high end of the input's range, and a
 verdict on the two conclusions a reader draws from the figure: paged serves more than Orca (ratio > 1), and by
-the paper's factor (ratio >= the paper's, for this setting).
+the paper's factor (ratio >= the paper's, for this setting). The prose is
+docs/report/templates/sensitivity_section.md.j2.
 """
 from __future__ import annotations
 
@@ -11,18 +12,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from results.report.section import NotRun, Section, shown
+from results.report.criteria import criteria
+from results.report.section import Section, shown, step_command, step_not_run
+from results.report.template import render
 
-COMMAND = "python -m studies.sensitivity"
-HEAD = ("## Sensitivity of the claim\n\n"
-        f"`{COMMAND}` (then `python -m results.report --only \"Sensitivity of the claim\"`): for Figures 12 "
-        "(ShareGPT), 15 (Alpaca, beam width 6) and 17 (chat), each uncertain input of the sim is set to the low and "
-        "the high end of a stated range, every other input at its preset, and the capacity search (mean normalized "
-        "latency <= 0.2 s/token) runs paged, Orca (Oracle) and Orca (Max). The searches are smaller than the "
-        "figures' own (one seed, 10-minute Poisson traces, precision 3%), the preset row measured the same way, so "
-        "the rows compare like with like, not with the figures' tables. An input that cannot move a figure is not "
-        "varied for it (nothing is swapped in Figures 12 and 17: single sequences are recomputed; beam persistence "
-        "exists only for beams). A ratio marked * has a capacity that is only a bound.\n\n")
+STEP = "sensitivity"
 
 
 def _ratio(row: pd.Series | None) -> str:
@@ -55,8 +49,8 @@ def table(t: pd.DataFrame) -> str:
                           if r is not None and not pd.isna(r)]
                 claim = float(gb["claim"].iloc[0])
                 # The paper's factor is over Orca (Oracle); over Max only "paged ahead" is judged.
-                judged = verdict(values, claim) if base == "orca-oracle" else verdict(values, 1.0).replace(
-                    "both hold (>= 1x throughout)", "paged ahead throughout")
+                judged = (verdict(values, claim) if base == "orca-oracle"
+                          else "paged ahead throughout" if min(values) >= 1 else verdict(values, 1.0))
                 lines.append("| " + " | ".join([
                     str(gb["label"].iloc[0]), name, f"{low['value']:g} / preset / {high['value']:g}", base,
                     _ratio(low), _ratio(preset), _ratio(high), judged]) + " |")
@@ -64,11 +58,12 @@ def table(t: pd.DataFrame) -> str:
 
 
 def section_sensitivity(folder: Path) -> Section:
+    """The section from `folder`, the sensitivity step's records (its parent is the records' root)."""
     path = Path(folder) / "sensitivity.csv"
+    root = Path(folder).parent
     if not path.is_file():
-        return Section(not_run=[NotRun("Sensitivity of the claim (Figures 12, 15, 17)", COMMAND, Path(folder))])
+        return Section(not_run=[step_not_run(STEP, root)])
     t = pd.read_csv(path, dtype={"figure": str})
     ranges = t[t["input"] != "default"].drop_duplicates("input")[["input", "range"]]
-    notes = "".join(f"- `{r.input}`: {r.range}.\n" for r in ranges.itertuples(index=False))
-    return Section(HEAD + table(t) + "\n\nThe ranges:\n\n" + notes + f"\n(read from {shown(path)})\n",
-                   has_runs=True)
+    return Section(render("sensitivity_section.md.j2", command=step_command(STEP, root), c=criteria(),
+                          ratios=table(t), ranges=ranges.to_dict("records"), path=shown(path)), has_runs=True)

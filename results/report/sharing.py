@@ -2,35 +2,43 @@
 
 Each section reads the capacity table (`capacity.csv`) or the aggregate of its
 experiment under outputs/experiments/NAME, and sets the paper's numbers
-beside ours; a part without runs is left out and named (`section.NotRun`).
-A capacity that is only a bound says so in words ("6, lower bound"), as does
-a ratio with one in it. `results.report.write` puts them in the report; the beam model's sections are in
-`beams`, swapping's (Figure 19) in `swapping`.
+beside ours; a part without runs is left out and named by its step of the build
+(`section.step_not_run`). A capacity that is only a bound says so in words ("6, lower bound"), as does
+a ratio with one in it. The code computes the tables, the figures and the values the prose quotes; the prose
+is in docs/report/templates/sharing_*.md.j2, the paper's numbers in data/reference/paper.yaml, the criteria in
+the config (`criteria`), the commands in docs/report/steps.yaml. `results.report.write` puts the sections in
+the report; the beam model's parts are in `beams`, swapping's (Figure 19) in `swapping`.
 """
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 
-from results.report.beams import section_beam_check, section_persistence
+from results.record.identity import RUN_RECORD
+from results.report.beams import section_beam_check, section_persistence, typed_command
 from results.report.bounds import bound_note, capacity_part, capacity_warnings, ratio_cell
-from results.report.markdown import num, pct, table
-from results.report.paper import paper, sharing_before
+from results.report.criteria import criteria
 from results.report.distribution_plots import plot_latency_distributions, runs_at_rate
+from results.report.markdown import num, pct, table
+from results.report.paper import paper, reference, sharing_before
 from results.report.read import load, load_aggregate, load_capacity
-from results.report.section import NotRun, Section, experiment_not_run
+from results.report.section import Section, step_not_run
 from results.report.sharing_plots import (plot_beam, plot_chat, plot_prefix, plot_sampling, plot_sharegpt_saving,
                                           setting)
+from results.report.steps import step
 from results.report.swapping import preemption_rows
+from results.report.template import render
 from results.sweeps.capacity import combined_bound
 from results.sweeps.sustainable import ratio_bound
 
 BASELINES = ("orca-max", "orca-pow2", "orca-oracle")
-# Figures 14-15 (OPT-13B, Alpaca): memory saving by sharing, %.
-
-
 LIMIT_WORDS = {"memory": "memory", "max_num_seqs": "row cap", "token_budget": "token budget"}
+ROW_CAP = "limits.max_num_seqs"
+DISTRIBUTION_WORKLOAD = "alpaca_synthetic_beam2"   # the beam search's setting whose latencies are drawn
+REAL = ("sampling_real", "beam_real", "prefix_real", "chat_real")   # the real CPU backend's steps, Figures 14-17
+REAL_PART = "Real CPU backend, "   # how their steps' titles start; the rest names the part in the section
 
 
 def binding_limit(runs: pd.DataFrame) -> str:
@@ -90,94 +98,95 @@ def before_cell(experiment: str, key: str, saving: bool = True) -> str:
     return ", ".join(cells)
 
 
-DISTRIBUTION_RATE = 1.0   # req/s: every engine's capacity search probes its start rate, on every seed
-
-
-def latency_distributions(experiments: Path, figures: Path | None) -> str:
-    """TTFT and TPOT per engine at one rate, beam width 2 (the beam search's runs at DISTRIBUTION_RATE)."""
+def latency_distributions(experiments: Path, figures: Path | None, workload: str = DISTRIBUTION_WORKLOAD) -> str:
+    """TTFT and TPOT per engine at one rate, one beam width (`workload`): the beam search's runs at the capacity
+    search's start rate, which every engine's search probes, on every seed."""
     runs = load(experiments, "beam")
     if figures is None or runs is None:
         return ""
-    dirs = runs_at_rate(experiments / "beam", runs, DISTRIBUTION_RATE, "alpaca_synthetic_beam2")
+    rate = criteria().start_rate
+    dirs = runs_at_rate(experiments / "beam", runs, rate, workload)
     if not dirs or plot_latency_distributions(dirs, Path(figures) / "latency_distributions.png") is None:
         return ""
-    return (f"TTFT and TPOT of each engine's requests at {DISTRIBUTION_RATE:g} req/s, beam width 2 (every seed's "
-            "run of the beam search at that rate, steady window):\n\n"
-            "![TTFT and TPOT distributions](figures/latency_distributions.png)\n")
+    return render("sharing_distributions.md.j2", rate=rate, width=setting(workload).removeprefix("beam"))
 
 
-def figure_link(figures: Path | None, name: str, plot, table_) -> str:
-    """Draw `plot(table_)` into figures/NAME.png and return its markdown link ("" with nothing drawn)."""
+def figure(figures: Path | None, name: str, plot, table_) -> str:
+    """Draw `plot(table_)` into figures/NAME.png: NAME, or "" with nothing drawn (the templates link it)."""
     if figures is None or plot(table_, Path(figures) / f"{name}.png") is None:
         return ""
-    return f"\n![{name}](figures/{name}.png)\n"
+    return name
 
 
-SEQ_CAP = 1024   # the raised row cap of the *_seqcap sweeps
+def row_cap(experiments: Path, name: str) -> int | None:
+    """The row cap (`limits.max_num_seqs`) that the runs of outputs/experiments/NAME ran with, from their records'
+    config (each run's run.json); None without runs, or when their caps differ."""
+    agg = load_aggregate(experiments, name)
+    caps = set()
+    for run_dir in [] if agg is None or "run_dir" not in agg else agg["run_dir"].dropna().unique():
+        try:
+            config = json.loads((experiments / name / str(run_dir) / RUN_RECORD).read_text())["config"]
+            caps.add(int(config["limits"]["max_num_seqs"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return caps.pop() if len(caps) == 1 else None
 
 
-def raised_cap(experiments: Path, name: str, label: str, header: list[str], section: Section) -> str:
-    """The same search with `limits.max_num_seqs` raised (outputs/experiments/NAME_seqcap), so that memory, not
-    the row cap, limits the paged engine: the text, or "" and a NotRun when it has no runs."""
+def command_value(name: str, key: str) -> str | None:
+    """The value that the command of the build's step NAME gives `key` (its argument `key=value`), or None."""
+    return next((a.split("=", 1)[1] for a in step(name).command if a.startswith(key + "=")), None)
+
+
+def raised_cap(experiments: Path, name: str, header: list[str], section: Section) -> str:
+    """The same search with `limits.max_num_seqs` raised (outputs/experiments/NAME_seqcap, the step NAME_seqcap),
+    so that memory, not the row cap, limits the paged engine: the text, or "" and the step named as not run."""
     folder = f"{name}_seqcap"
-    command = f"python run.py -m experiment={name} limits.max_num_seqs={SEQ_CAP} experiment_name={folder}"
     cap = load_capacity(experiments, folder)
     if cap is None:
-        section.not_run.append(NotRun(f"{label} with the row cap raised to {SEQ_CAP}", command, experiments / folder))
+        section.not_run.append(step_not_run(folder, experiments.parent))
         return ""
     section.warnings += capacity_warnings(cap, experiments / folder)
     slots = [load_aggregate(experiments, n) for n in (name, folder)]
     slots = [sorted(a["kv_budget_slots"].dropna().unique()) if a is not None and "kv_budget_slots" in a else []
              for a in slots]
-    budgets = (f"; the activation reserve grows with it, so the KV budget goes from {slots[0][0]:,.0f} to "
-               f"{slots[1][0]:,.0f} slots" if all(len(x) == 1 for x in slots) and slots[0] != slots[1] else "")
-    return (f"With the row cap raised from 256 to {SEQ_CAP} sequences (`{command}`), the limit that binds the "
-            f"paged engine and the ratios become as below (every engine runs with the raised cap{budgets}). Where "
-            "a limit's share is small, the other waiting iterations waited for swapped groups to come back first: "
-            "memory binds, through preemption.\n\n" + table(header, capacity_rows(cap, "latency")) + "\n")
+    budgets = (slots[0][0], slots[1][0]) if all(len(x) == 1 for x in slots) and slots[0] != slots[1] else None
+    return render("sharing_raised_cap.md.j2", command=typed_command(folder), base=row_cap(experiments, name),
+                  raised=row_cap(experiments, folder) or command_value(folder, ROW_CAP), budgets=budgets,
+                  table=table(header, capacity_rows(cap, "latency")))
+
+
+def paper_saving_ranges() -> dict[str, tuple[float, float]]:
+    """The paper's Alpaca memory savings (Figures 14-15) as a range per kind: "n" (parallel sampling) and "beam"."""
+    saving = paper().saving_alpaca
+    return {kind: (min(v for k, v in saving.items() if k.startswith(kind)),
+                   max(v for k, v in saving.items() if k.startswith(kind))) for kind in ("n", "beam")}
 
 
 def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
-    head = ("## Parallel sampling and beam search (Figures 14-15)\n\n"
-            "Each request runs n samples or a beam of w sequences, admitted, scheduled, preempted and finished "
-            "together. The paged engine stores their prompt once (reference-counted blocks; a row writing into a "
-            "shared block copies it first) and, for beams, shares every block of their common history; the Orca "
-            "baselines reserve one region per sequence by their rule and copy a beam's history between regions "
-            "when the beams are re-chosen. Every copy costs device time on both backends (2 x tokens x KV bytes "
-            "at the device's bandwidth in the sim). Groups are swapped, never recomputed, when preempted (vLLM's "
-            "rule), to 64 GiB of host memory. Capacity at mean normalized latency <= 0.2 s/token (the search of "
-            "the capacity section), OPT-13B on one A100-40GB, sim backend, Alpaca, 10-minute Poisson traces, "
-            "seeds 0-2 (capacities: mean; ratios: mean (min-max) of the per-seed ratios). Memory saving: KV "
-            "slots the paged engine saved by sharing / slots its sequences would hold without sharing, "
-            "time-averaged over the steady window of the run at its capacity (mean over seeds).\n\n")
-    parts, section = [head], Section()
+    parts, section = [render("sharing_sampling_head.md.j2", criteria=criteria())], Section()
     header = ["setting", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
               "paged's binding limit", "paper saving %", f"before ({sharing_before().commit}): paged/oracle, saving %"]
     for name, label in (("sampling", "Parallel sampling"), ("beam", "Beam search")):
-        cap = capacity_part(experiments, name, f"{label} (Figures 14-15)", section)
+        cap = capacity_part(experiments, name, step(name).title, section)
         if cap is None:
             continue
-        command = f"`python run.py -m experiment={name}` (`python -m results.sweeps.capacity outputs/experiments/{name}`)"
         rows = [r + [before_cell(name, r[0])] for r in capacity_rows(cap, "latency", paper().saving_alpaca)]
-        parts.append(f"**{label}**, {command}, capacity in req/s:\n\n" + table(header, rows) + "\n"
-                     + figure_link(figures, name, plot_sampling if name == "sampling" else plot_beam, cap))
-        good = capacity_rows(cap, "goodput")
-        parts.append("Under the goodput criterion (90% of requests within TTFT <= 1 s and TPOT <= 0.1 s), "
-                     "paged / oracle: " + ", ".join(f"{r[0]} {r[7]}" for r in good) + ".\n")
-        parts.append(raised_cap(experiments, name, label, header[:-2], section))
+        parts.append(render("sharing_capacity.md.j2", label=label, experiment=name, command=typed_command(name),
+                            table=table(header, rows),
+                            figure=figure(figures, name, plot_sampling if name == "sampling" else plot_beam, cap)))
+        parts.append(render("sharing_goodput.md.j2", criteria=criteria(),
+                            ratios=[(r[0], r[7]) for r in capacity_rows(cap, "goodput")]))
+        parts.append(raised_cap(experiments, name, header[:-2], section))
         if name == "beam":
             parts.append(latency_distributions(experiments, figures))
     parts.append(trace_length_check(experiments))
     long = load_capacity(experiments, "sampling_1h")
     if long is None and section.has_runs:
-        section.not_run.append(NotRun("Parallel sampling on one-hour traces (Figures 14-15)", LONG_TRACE_COMMAND,
-                                      experiments / "sampling_1h"))
+        section.not_run.append(step_not_run("sampling_1h", experiments.parent))
     elif long is not None:
         section.warnings += capacity_warnings(long, experiments / "sampling_1h")
-    parts.append("The paper: parallel sampling saves 6.1-9.8% of KV memory on Alpaca and 16.2-30.5% on "
-                 "ShareGPT; beam search 37.6-55.2% and 44.3-66.3%; the throughput gain over Orca (Oracle) grows "
-                 "from 1.3x (basic sampling) to 2.3x (beam width 6).\n")
-    saving = capacity_part(experiments, "saving", "ShareGPT memory saving (Figures 14-15)", section)
+    parts.append(render("sharing_paper.md.j2", paper=reference(), alpaca=paper_saving_ranges()))
+    saving = capacity_part(experiments, "saving", step("saving").title, section)
     if saving is not None:
         rows = []
         for workload, g in saving[saving["criterion"].str.startswith("latency")].groupby("workload", sort=False):
@@ -188,12 +197,11 @@ def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
                          pct(g["memory_saving_at_capacity"].mean()),
                          num(g["batch_size_at_capacity"].mean()), paper_range,
                          "-" if before is None else f"{before:.1f}"])
-        parts.append("**ShareGPT memory saving**, `python run.py -m experiment=saving` (the paged engine's "
-                     "capacity search; the saving in the run at its capacity):\n\n"
-                     + table(["setting", "paged capacity (req/s)", "saving %", "mean batch (requests)",
-                               "paper saving % (range over n or width)",
-                               f"saving % before ({sharing_before().commit})"], rows) + "\n"
-                     + figure_link(figures, "saving", plot_sharegpt_saving, saving))
+        parts.append(render("sharing_saving.md.j2", command=typed_command("saving"),
+                            table=table(["setting", "paged capacity (req/s)", "saving %", "mean batch (requests)",
+                                         "paper saving % (range over n or width)",
+                                         f"saving % before ({sharing_before().commit})"], rows),
+                            figure=figure(figures, "saving", plot_sharegpt_saving, saving)))
     for check in (section_persistence(experiments.parent / "beam_persistence" / "persistence.csv"),
                   section_beam_check(experiments.parent / "beam_check" / "beam_check.csv")):
         parts.append(check.text)
@@ -204,102 +212,69 @@ def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
     return section
 
 
-LONG_TRACE_COMMAND = ("python run.py -m hydra/sweeper=capacity hydra/launcher=local backend=sim "
-                      "engine=orca_oracle,paged workload=alpaca sampling=none,n2,n4,n6 workload.arrival=poisson "
-                      "workload.duration_s=3600 workload.seed=0 swap_space=64 "
-                      "hydra.sweep.dir=outputs/experiments/sampling_1h")
-
-
 def trace_length_check(experiments: Path) -> str:
-    """Parallel sampling's paged / oracle ratio on one-hour traces against the 10-minute ones, seed 0."""
+    """Parallel sampling's paged / oracle ratio on one-hour traces (the step sampling_1h, one seed) against the
+    10-minute ones of the same seed."""
     long, short = load_capacity(experiments, "sampling_1h"), load_capacity(experiments, "sampling")
     if long is None or short is None:
         return ""
+    seed = long["seed"].min()
 
     def ratio(table: pd.DataFrame, workload: str) -> str:
-        t = table[(table["workload"] == workload) & (table["seed"] == 0) & table["criterion"].str.startswith("latency")]
+        t = table[(table["workload"] == workload) & (table["seed"] == seed)
+                  & table["criterion"].str.startswith("latency")]
         caps, bounds = t.set_index("engine")["capacity"], t.set_index("engine")["bound"]
         value = caps.get("paged", float("nan")) / caps.get("orca-oracle", float("nan"))
-        return num(value, ".2f") + "x" + bound_note(ratio_bound(bounds.get("paged", "="), bounds.get("orca-oracle", "=")))
+        return (num(value, ".2f") + "x"
+                + bound_note(ratio_bound(bounds.get("paged", "="), bounds.get("orca-oracle", "="))))
 
     rows = [[setting(w), ratio(short, w), ratio(long, w)]
             for w in long["workload"].drop_duplicates()]
-    return ("Do the 10-minute traces change the answer? The same search on one-hour traces (the paper's), seed 0, "
-            f"paged / orca-oracle at 0.2 s/token (`{LONG_TRACE_COMMAND}`):\n\n"
-            + table(["setting", "10-minute traces", "one-hour traces"], rows) + "\n")
+    return render("sharing_trace_length.md.j2", seed=seed, criteria=criteria(), command=step("sampling_1h").shown(),
+                  rows=rows)
 
 
 def section_prefix(experiments: Path, figures: Path | None = None) -> Section:
-    head = ("## Shared prefix (Figure 16)\n\n`python run.py -m experiment=prefix`: translation requests behind one "
-            "shared few-shot prefix (1-shot: 80 tokens, 5-shot: 341), LLaMA-13B on one A100-40GB, sim backend, "
-            "10-minute Poisson traces, seeds 0-2. The paged engine computes the prefix once and maps every later "
-            "request's first blocks to its cached blocks (whole blocks only: 80 tokens = 5 blocks of 16; 341 = 21 "
-            "blocks, the last 5 tokens recomputed); only the rest of each prompt is prefilled, attending over the "
-            "cached part (`kernels/reference.py: prefix_prefill_attention` and its Triton kernel). The Orca "
-            "baselines prefill and store the whole prompt. **The sentences are generated from stated statistics "
-            "(`workloads/translation.py`: source lengths lognormal with mean 28 tokens, targets x1.1), not WMT16 "
-            "data**, which cannot be fetched here.\n\n")
     cap = load_capacity(experiments, "prefix")
     if cap is None:
-        return Section(not_run=[experiment_not_run("Shared prefix (Figure 16)", "prefix", experiments)])
+        return Section(not_run=[step_not_run("prefix", experiments.parent)])
     header = ["prefix", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
               "paged's binding limit", "paper paged/oracle", f"before ({sharing_before().commit}): paged/oracle"]
     paper_ratio = {f"{k}shot": f"{v}x" for k, v in paper().prefix_ratio.items()}
     rows = capacity_rows(cap, "latency")
     for r in rows:
         r += [paper_ratio.get(r[0], "-"), before_cell("prefix", r[0], saving=False)]
-    return Section(head + "Capacity (req/s) at mean normalized latency <= 0.2 s/token:\n\n" + table(header, rows)
-                   + "\n" + figure_link(figures, "prefix", plot_prefix, cap), has_runs=True,
-                   warnings=capacity_warnings(cap, experiments / "prefix"))
+    return Section(render("sharing_prefix.md.j2", command=typed_command("prefix"), criteria=criteria(),
+                          table=table(header, rows), figure=figure(figures, "prefix", plot_prefix, cap)),
+                   has_runs=True, warnings=capacity_warnings(cap, experiments / "prefix"))
 
 
 def section_chat(experiments: Path, figures: Path | None = None) -> Section:
-    head = ("## Chatbot (Figure 17)\n\n`python run.py -m experiment=chat`: each request is a ShareGPT conversation "
-            "so far, cut to its last 1,024 tokens, and the next reply, at most 1,024 tokens (`workloads/chat.py`); "
-            "OPT-13B on one A100-40GB, sim backend, one-hour Poisson traces, seeds 0-2. The paper: vLLM sustains 2x "
-            "the request rate of every Orca variant, whose figures coincide because most prompts reach the cut.\n\n"
-            "The packaged ShareGPT file splits every long conversation into records of about 2,048 tokens; taken "
-            "one record at a time (`workload.chat_history=record`, the previous revision) a reply's history stops "
-            "at its record's start, and 35% of prompts reached the cut. Joined back into whole conversations (the "
-            "default, `conversation`: a record continues the one before it when its id and overlapping turns "
-            "match), 61.5% do (`python -m workloads.stats chat`; `docs/chat_trace.md`). A prompt at the cut "
-            "needs 1,024 + output > 1,024 slots, which Orca's buddy allocator rounds to 2,048 under all three "
-            "reservations, so the Orca variants come together; the requests below the cut (mostly early rounds) "
-            "still let pow2 and oracle take less. The packaged file holds only the dataset's first 17,671 records, "
-            "and OPT's GPT-2 tokenizer cannot be loaded offline (cl100k_base counts fewer tokens), so fewer "
-            "prompts reach the cut than in the paper.\n\n")
     cap = load_capacity(experiments, "chat")
     if cap is None:
-        return Section(not_run=[experiment_not_run("Chatbot (Figure 17)", "chat", experiments)])
+        return Section(not_run=[step_not_run("chat", experiments.parent)])
     header = ["criterion", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle",
               f"before ({sharing_before().commit}): paged/oracle"]
     rows = []
     for crit in ("latency", "goodput"):
         for r in capacity_rows(cap, crit):
             rows.append([crit] + r[1:8] + [before_cell("chat", "n1", saving=False) if crit == "latency" else "-"])
-    return Section(head + "Capacity (req/s):\n\n" + table(header, rows) + "\n"
-                   + figure_link(figures, "chat", plot_chat, cap), has_runs=True,
-                   warnings=capacity_warnings(cap, experiments / "chat"))
+    return Section(render("sharing_chat.md.j2", command=typed_command("chat"), paper=reference(),
+                          table=table(header, rows), figure=figure(figures, "chat", plot_chat, cap)),
+                   has_runs=True, warnings=capacity_warnings(cap, experiments / "chat"))
 
 
-REAL = (("sampling_real", "Figure 14: parallel samples"), ("beam_real", "Figure 15: beam search"),
-        ("prefix_real", "Figure 16: shared prefix"), ("chat_real", "Figure 17: chat"))
+def real_part(name: str) -> str:
+    """What the section calls the part that the real CPU step NAME makes: its step's title less REAL_PART."""
+    return step(name).title.removeprefix(REAL_PART)
 
 
 def section_real_sharing(experiments: Path) -> Section:
-    head = ("## Sharing and swapping on the real CPU backend (small scale)\n\n"
-            "The tiny OPT model (random weights, fp32) on this machine's 2 cores, every request at t = 0, a small "
-            "KV budget so memory binds (each experiment's file in `conf/experiment/` says its trace and budget). "
-            "Every engine generates the same tokens for the same request (tests/real/test_sharing_real.py), so "
-            "the engines differ only in batching and memory. Wall-clock throughput on a CPU grows little with "
-            "the batch (see the real backend section), so the ratios here are far below a GPU's. A request whose "
-            "sequences no state of an engine's memory could hold is rejected on arrival by that engine (the same "
-            "rule for every engine; what fits differs: `rejected`).\n\n")
-    parts, section = [head], Section()
-    for name, label in REAL:
+    parts, section = [render("sharing_real_head.md.j2")], Section()
+    for name in REAL:
         agg = load_aggregate(experiments, name)
         if agg is None:
-            section.not_run.append(experiment_not_run(f"Real CPU backend, {label}", name, experiments))
+            section.not_run.append(step_not_run(name, experiments.parent))
             continue
         section.has_runs = True
         rows = []
@@ -313,19 +288,19 @@ def section_real_sharing(experiments: Path) -> Section:
                              num(s["mean_batch_size"], ".1f"), pct(s.get("memory_saving")),
                              num(s["num_preemptions"], ".0f"), num(s.get("num_rejected"), ".0f"),
                              num(ratio, ".2f") + "x" if ratio else "-"])
-        parts.append(f"**{label}**, `python run.py -m experiment={name}`:\n\n"
-                     + table(["setting", "engine", "output tok/s", "mean batch (requests)", "saving %",
-                               "preemptions", "rejected", "paged / this"], rows) + "\n")
+        parts.append(render("sharing_real_part.md.j2", part=real_part(name), command=typed_command(name),
+                            table=table(["setting", "engine", "output tok/s", "mean batch (requests)", "saving %",
+                                         "preemptions", "rejected", "paged / this"], rows)))
     agg = load_aggregate(experiments, "swap_real")
     if agg is None:
-        section.not_run.append(experiment_not_run("Real CPU backend, Figure 19b: swap vs recompute", "swap_real",
-                                                  experiments))
+        section.not_run.append(step_not_run("swap_real", experiments.parent))
     else:
         section.has_runs = True
         rows = preemption_rows(agg, "output_tokens_per_s", ".1f")
-        parts.append("**Figure 19b: swap vs recompute**, `python run.py -m experiment=swap_real`:\n\n"
-                     + table(["block size", "req/s", "swap: output tok/s", "swap: preemptions",
-                               "recompute: output tok/s", "recompute: preemptions"], rows) + "\n")
+        parts.append(render("sharing_real_part.md.j2", part=real_part("swap_real"),
+                            command=typed_command("swap_real"),
+                            table=table(["block size", "req/s", "swap: output tok/s", "swap: preemptions",
+                                         "recompute: output tok/s", "recompute: preemptions"], rows)))
     if section.has_runs:
         section.text = "\n".join(parts)
     return section

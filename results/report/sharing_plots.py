@@ -15,27 +15,42 @@
 A capacity is the mean over seeds of the highest rate that met the criterion (latency by default; the
 `criterion` column of `capacity.csv`), with the per-seed min-max as its error bar or band; a hatched bar has a
 seed whose search only bounded its capacity. Each `plot_*` writes a PNG and returns its path, or None when its
-table has nothing to draw; each `*_figure` builds the figure without saving it.
+table has nothing to draw; each `*_figure` builds the figure without saving it. The titles, which name the paper's
+figure each one redraws, are data: docs/report/sharing_figures.yaml (`figure_title`).
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
+import functools
 from pathlib import Path
+import re
 
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+import yaml
 
 from engines.sim.swap_cost import swap_costs
 from engines.specs.presets import load_hardware, load_model
+from paths import REPORT_SOURCES
 from results.report.paper import paper
 from results.report.plots import engine_color, engines_in, legend_outside, panel_grid, save_figure, steady
 from results.sweeps.capacity import combined_bound
 
 PREEMPTION_COLORS = {"swap": "#1f77b4", "recompute": "#d62728"}
 PaperSaving = Mapping[str, float | tuple[float, float]]   # setting -> saving %, or its (low, high) range
+TITLES = REPORT_SOURCES / "sharing_figures.yaml"          # each figure's title: the paper's figure it redraws
+
+
+@functools.cache
+def _titles() -> dict[str, str]:
+    return {str(k): str(v) for k, v in yaml.safe_load(TITLES.read_text()).items()}
+
+
+def figure_title(figure: str, **values) -> str:
+    """The title of `figure` (a key of docs/report/sharing_figures.yaml), its fields filled with `values`."""
+    return _titles()[figure].format(**values)
 
 
 def setting(workload: str) -> str:
@@ -167,13 +182,13 @@ def _plot(fig: Figure | None, out: Path) -> Path | None:
 
 def plot_sampling(cap: pd.DataFrame | None, out: Path) -> Path | None:
     """Figure 14 from sampling/capacity.csv: capacity per engine and n, and the paged saving beside the paper's."""
-    return _plot(capacity_figure(cap, "Figure 14: parallel sampling", paper().saving_alpaca), out)
+    return _plot(capacity_figure(cap, figure_title("sampling"), paper().saving_alpaca), out)
 
 
 def plot_beam(cap: pd.DataFrame | None, out: Path) -> Path | None:
     """Figure 15 from beam/capacity.csv: capacity per engine and beam width, and the paged saving beside the
     paper's."""
-    return _plot(capacity_figure(cap, "Figure 15: beam search", paper().saving_alpaca), out)
+    return _plot(capacity_figure(cap, figure_title("beam"), paper().saving_alpaca), out)
 
 
 def plot_sharegpt_saving(cap: pd.DataFrame | None, out: Path) -> Path | None:
@@ -183,18 +198,18 @@ def plot_sharegpt_saving(cap: pd.DataFrame | None, out: Path) -> Path | None:
     rows = criterion_rows(cap, "latency")
     names = {setting(w) for w in rows["workload"]}
     paper_saving = {name: ranges["beam" if name.startswith("beam") else "n"] for name in names if name != "n1"}
-    return _plot(capacity_figure(cap, "Figures 14-15 on ShareGPT: memory saving", paper_saving), out)
+    return _plot(capacity_figure(cap, figure_title("saving"), paper_saving), out)
 
 
 def plot_prefix(cap: pd.DataFrame | None, out: Path) -> Path | None:
     """Figure 16 from prefix/capacity.csv: capacity per engine and prefix (1-shot, 5-shot)."""
     ratios = {f"{shots}shot": ratio for shots, ratio in paper().prefix_ratio.items()}
-    return _plot(capacity_figure(cap, "Figure 16: shared prefix", paper_ratio=ratios), out)
+    return _plot(capacity_figure(cap, figure_title("prefix"), paper_ratio=ratios), out)
 
 
 def plot_chat(cap: pd.DataFrame | None, out: Path) -> Path | None:
     """Figure 17 from chat/capacity.csv: capacity per engine (the paper: paged 2x every Orca variant)."""
-    return _plot(capacity_figure(cap, "Figure 17: chatbot", label=str), out)
+    return _plot(capacity_figure(cap, figure_title("chat"), label=str), out)
 
 
 # --- Figure 19 --------------------------------------------------------------------------------------------
@@ -218,7 +233,7 @@ def swap_cost_figure(model: str = "opt-13b", hardware: str = "a100-40gb", tokens
     ax.set_xlabel("block size (tokens)")
     ax.set_ylabel("time (ms, log scale)")
     ax.grid(alpha=0.3, which="both")
-    ax.set_title(f"Figure 19a on the sim: {tokens:,} tokens, {model}, {hardware}", fontsize=9)
+    ax.set_title(figure_title("swap_cost", tokens=tokens, model=model, hardware=hardware), fontsize=9)
     legend_outside(fig, [ax])
     return fig
 
@@ -279,7 +294,7 @@ def swap_block_size_figure(cap: pd.DataFrame | None, agg: pd.DataFrame | None = 
                 ax.set_xticks(list(rates.index), [f"{int(b)}\n{r}" for b, r in rates.items()], fontsize=7)
                 ax.set_xlabel("block size (tokens)\nrequest rate (req/s)")
         ax.set_ylim(bottom=0)
-    fig.suptitle("Figure 19b: swap vs recompute against block size", fontsize=10)
+    fig.suptitle(figure_title("swap_block_size"), fontsize=10)
     legend_outside(fig, axes)
     return fig
 

@@ -23,6 +23,7 @@ from results.record.store import atomic_write
 
 STEPS_FILE = REPORT_SOURCES / "steps.yaml"
 STAMP = "step.json"
+OUT = "{out}"   # where a step's command names its folder
 EXPERIMENTS_DIR = "experiments"
 
 
@@ -53,10 +54,19 @@ class Step:
         out = self.folder(root)
         base = list(self.quick_command) if quick and self.quick_command else [*self.command, *(self.quick if quick
                                                                                                  else ())]
-        argv = [python if a == "python" else a.replace("{out}", str(out)) for a in base]
+        argv = [python if a == "python" else a.replace(OUT, str(out)) for a in base]
         if self.is_sweep:
             argv.append(f"hydra.sweep.dir={out}")
         return argv
+
+    def typed(self, out: str | None = None) -> str:
+        """The command as a reader types it: `out` in place of {out}, or without the `--out {out}` pair when
+        `out` is None (a study then writes to its own default folder; a sweep goes to its experiment's)."""
+        args = list(self.command)
+        if out is None and OUT in args:
+            at = args.index(OUT)
+            del args[at - 1:at + 1]
+        return shlex.join(a.replace(OUT, out or "") for a in args)
 
     def shown(self, root: Path = Path("outputs"), quick: bool = False) -> str:
         """The command as a reader types it in the repository's root."""

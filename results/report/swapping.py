@@ -1,5 +1,8 @@
 """The report's section on swapping and recomputation (the paper's Figure 19): the sim's costs per block size
-(19a), this machine's measured ones, and the paged engine's capacity and latency preempting either way (19b)."""
+(19a), this machine's measured ones, and the paged engine's capacity and latency preempting either way (19b).
+
+The section's prose is docs/report/templates/swapping_section.md.j2; this module computes its tables and values.
+"""
 from __future__ import annotations
 
 import json
@@ -9,41 +12,41 @@ import pandas as pd
 
 from engines.sim.swap_cost import swap_costs
 from engines.specs.presets import load_hardware, load_model
+from results.report.backend_sections import step_missing, typed_command
 from results.report.bounds import bound_note, capacity_part, ratio_cell
+from results.report.criteria import criteria
 from results.report.markdown import num, table
-from results.report.paper import sharing_before
+from results.report.paper import reference, sharing_before
 from results.report.read import load_aggregate
 from results.report.sharing_plots import plot_swap_block_size, plot_swap_cost
-from results.report.section import NotRun, Section, experiment_not_run, shown
+from results.report.section import Section, experiment_not_run
+from results.report.steps import step
+from results.report.template import render
 from results.sweeps.capacity import combined_bound
+
+# Figure 19a on the sim: the model, the GPU and the prompt whose swap and recompute costs it sets side by side.
+SIM_MODEL, SIM_HARDWARE, SIM_TOKENS = "opt-13b", "a100-40gb", 1024
 
 
 def section_swap(experiments: Path, swap_bench: Path, figures: Path | None = None) -> Section:
     """Figure 19a on the sim (from the presets: no runs needed) and on this CPU, Figure 19b on the sim."""
-    head = ("## Swapping and recomputation (Figure 19)\n\n"
-            "A preempted request's blocks move to a host pool and back (`engine.preemption=swap`), or are freed "
-            "and recomputed by a prefill (`recompute`). The sim charges a swap one transfer per block, layer, K "
-            "and V, each 10 us of fixed cost (an assumption for a small pinned cudaMemcpyAsync: launch and DMA "
-            "set-up, not measured on an A100 here) plus its bytes over 25 GB/s of PCIe 4.0 "
-            "(`conf/hardware/a100-40gb.yaml`). As vLLM's cache engine issues them on a separate CUDA stream and "
-            "each layer waits only for its own layer's copies, swaps overlap the forward pass layer by layer: an "
-            "iteration of compute C and transfers T over L layers takes max(C + T/L, T + C/L) "
-            "(`engines/sim/transfer.py`; `hardware.host_transfer_overlap=false` runs them before the forward pass, "
-            "as the previous revision did). The overlap is the optimistic bound for small blocks: the host's "
-            "share of each transfer's fixed cost cannot hide behind the GPU.\n\n")
-    costs = swap_costs(load_model("opt-13b"), load_hardware("a100-40gb"), 1024)
+    hw = load_hardware(SIM_HARDWARE)
+    costs = swap_costs(load_model(SIM_MODEL), hw, SIM_TOKENS)
     rows = [[str(int(r["block_size"])), num(r["swap_one_way_ms"], ".1f"), num(r["recompute_ms"], ".1f"),
              num(r["recompute_over_swap"], ".2f")] for r in costs]
-    parts = [head, "**Figure 19a on the sim**, `python -m studies.swap_cost` (OPT-13B, A100-40GB, 1,024 tokens):\n\n"
-             + table(["block size", "swap one way (ms)", "recompute (ms)", "recompute / swap"], rows) + "\n"]
+    values = {"hardware": {"name": hw.name, "transfer_latency_us": 1e6 * hw.host_transfer_latency_s,
+                           "link_gb_s": hw.host_link_bandwidth / 1e9},
+              "model": SIM_MODEL, "tokens": SIM_TOKENS,
+              "sim_costs": table(["block size", "swap one way (ms)", "recompute (ms)", "recompute / swap"], rows),
+              "sim_costs_figure": False, "bench": None, "capacity": None, "sim": None, "sim_figure": False,
+              "comparable": reference()["figure19_comparable_block_sizes"]}
     if figures is not None:
         plot_swap_cost(Path(figures) / "swap_cost.png")
-        parts.append("![Figure 19a on the sim](figures/swap_cost.png)\n")
+        values["sim_costs_figure"] = True
     section = Section()
     bench = swap_bench / "swap_bench.csv"
     if not bench.is_file():
-        section.not_run.append(NotRun("Swapping: Figure 19a on this machine's CPU",
-                                      f"python -m studies.swap_bench --out {shown(swap_bench)}", swap_bench))
+        section.not_run.append(step_missing("swap_bench", swap_bench))
     else:
         section.has_runs = True
         b = pd.read_csv(bench)
@@ -52,41 +55,32 @@ def section_swap(experiments: Path, swap_bench: Path, figures: Path | None = Non
         b = b[b["tokens"] == b["tokens"].min()]
         rows = [[str(int(r.block_size)), num(r.swap_out_ms, ".2f"), num(r.swap_in_ms, ".2f"),
                  num(r.recompute_ms, ".0f")] for r in b.itertuples()]
-        parts.append(f"**Figure 19a on this machine's CPU**, `python -m studies.swap_bench --out "
-                     f"{swap_bench.relative_to(swap_bench.parents[1])}` ({meta.get('model', 'tiny')} model, "
-                     f"{int(b['tokens'].iloc[0])} tokens, {meta.get('dtype', '')}; a CPU's \"host link\" is a memcpy "
-                     f"in RAM, and recomputation is slow on 2 cores; fitted: "
-                     f"{1e6 * meta.get('fit_host_transfer_latency_s', float('nan')):.1f} us per transfer):\n\n"
-                     + table(["block size", "swap out (ms)", "swap in (ms)", "recompute (ms)"], rows) + "\n")
-    cap = capacity_part(experiments, "swap_capacity", "Swapping: Figure 19b as capacities", section)
+        values["bench"] = {
+            "command": typed_command("swap_bench", str(swap_bench.relative_to(swap_bench.parents[1]))),
+            "model": meta.get("model", "tiny"), "tokens": int(b["tokens"].iloc[0]), "dtype": meta.get("dtype", ""),
+            "fit_latency_us": 1e6 * meta.get("fit_host_transfer_latency_s", float("nan")),
+            "table": table(["block size", "swap out (ms)", "swap in (ms)", "recompute (ms)"], rows)}
+    cap = capacity_part(experiments, "swap_capacity", step("swap_capacity").title, section)
     if cap is not None:
-        parts.append("**Figure 19b as capacities**, `python run.py -m experiment=swap_capacity` (the paged "
-                     "engine's capacity at each block size and policy, mean normalized latency <= 0.2 s/token, "
-                     "ShareGPT, 10-minute Poisson traces, seeds 0-2; req/s, mean (min-max)):\n\n"
-                     + table(["block size", "swap", "recompute", "swap / recompute"], swap_capacity_rows(cap))
-                     + "\n")
+        values["capacity"] = {
+            "command": typed_command("swap_capacity"), "latency_s_per_token": criteria().latency_s_per_token,
+            "table": table(["block size", "swap", "recompute", "swap / recompute"], swap_capacity_rows(cap))}
     agg = load_aggregate(experiments, "swap")
     if agg is None:
-        section.not_run.append(experiment_not_run("Swapping: Figure 19b on the sim", "swap", experiments))
+        section.not_run.append(experiment_not_run(step("swap").title, "swap", experiments))
     else:
         section.has_runs = True
         before = sharing_before()
         rows = [r + [f"{before.swap_latency['swap'].get(int(r[0]), float('nan')):.3f} / "
                      f"{before.swap_latency['recompute'].get(int(r[0]), float('nan')):.3f}"]
                 for r in preemption_rows(agg, "steady_norm_latency_s_mean", ".3f")]
-        parts.append("**Figure 19b on the sim**, `python run.py -m experiment=swap` (ShareGPT for an hour, each block "
-                     "size at 85% of its own capacity, the lower of its two policies' above (`conf/experiment/"
-                     "swap.yaml`): memory runs short and requests are preempted, but no queue grows without end; "
-                     "mean normalized latency over the steady window, s/token). The last column is the previous "
-                     f"revision's ({before.commit}: every block size at 4 req/s, past the capacity of blocks <= 4 "
-                     "and 256, swaps serial):\n\n"
-                     + table(["block size", "req/s", "swap: latency", "swap: preemptions", "recompute: latency",
-                               "recompute: preemptions", f"before ({before.commit}): swap / recompute"], rows) + "\n")
+        values["sim"] = {
+            "command": typed_command("swap"), "before_commit": before.commit,
+            "table": table(["block size", "req/s", "swap: latency", "swap: preemptions", "recompute: latency",
+                            "recompute: preemptions", f"before ({before.commit}): swap / recompute"], rows)}
     if figures is not None and plot_swap_block_size(cap, agg, Path(figures) / "swap_block_size.png") is not None:
-        parts.append("![Figure 19b on the sim](figures/swap_block_size.png)\n")
-    parts.append("The paper: swapping suffers with small blocks (many small PCIe transfers); recomputation's cost "
-                 "does not depend on the block size; the two are comparable for blocks of 16-64.\n")
-    section.text = "\n".join(parts)
+        values["sim_figure"] = True
+    section.text = render("swapping_section.md.j2", **values)
     return section
 
 

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from results.report import paper_sections, write
-from results.report.section import NotRun
+from results.report.section import NotRun, step_command
 from results.report.paper_sections import section_capacity, section_method
 from results.report.write import build_report, main
 from paths import KEPT_RUNS, OUTPUTS, ROOT
@@ -53,14 +53,16 @@ def test_a_fresh_clone_writes_what_it_has_runs_for_and_lists_the_rest(tmp_path, 
     stdout = capsys.readouterr().out
     # Figure 19a on the sim needs no runs: its figure is drawn from the presets.
     assert stdout.splitlines()[-1] == f"wrote {out} and 1 figure in {out.parent / 'figures'}"
-    assert "not in the report: Figure 12: capacity. Not run: `python run.py -m experiment=capacity`" in stdout
+    sweep = tmp_path / "nothing" / "experiments" / "capacity"
+    capacity = f"`python run.py -m experiment=capacity hydra.sweep.dir={sweep}`"
+    assert f"not in the report: Figure 12: capacity. Not run: {capacity}" in stdout
     text = out.read_text()
     body, listed = text.split("## Not in this report")
     assert "## The real backend on this machine's CPU" in body and "| paged |" in body        # kept runs are runs
     assert "Figure 19a on this machine's CPU" in body
     assert "## Figure 12" not in body and "Not run" not in body and "No real-backend" not in body
-    assert "- Figure 12: capacity. Not run: `python run.py -m experiment=capacity`" in listed
-    assert "- Figure 2: KV-memory waste. Not run: `python run.py -m experiment=memory_waste`" in listed
+    assert f"- Figure 12: capacity. Not run: {capacity}" in listed
+    assert "- Figure 2: KV-memory waste. Not run: `python run.py -m experiment=memory_waste hydra.sweep.dir=" in listed
 
 
 def test_the_shipped_report_is_not_replaced_by_an_incomplete_one(tmp_path, shipped, capsys):
@@ -104,9 +106,12 @@ def test_the_capacity_sections_name_a_bound_in_words(tmp_path):
     assert len(section.warnings) == 1 and "capacity/capacity.csv: the capacity of 2 of 8 curves" in section.warnings[0]
     exact = section_capacity(capacity_table({}), None, tmp_path, tmp_path)
     assert "lower bound" not in exact.text and exact.warnings == []
-    method = section_method(capacity_table({("orca-oracle", 0): "<"}), None, tmp_path)
+    short = tmp_path / "experiments" / "capacity_1000_requests"
+    method = section_method(capacity_table({("orca-oracle", 0): "<"}), None, short)
     assert "| sharegpt | paged / orca-oracle | 2.16x | 2.00x (2.00-2.00), lower bound |" in method.text
-    assert [part.command for part in method.not_run] == [paper_sections.TRACE_LENGTH_COMMAND]
+    assert [part.command for part in method.not_run] == [step_command(paper_sections.TRACE_LENGTH_STEP, tmp_path)]
+    assert method.not_run[0].command.endswith(f"workload.seed=0 hydra.sweep.dir={short}")
+    assert method.not_run[0].where == short
 
 
 def test_the_report_warns_of_bounds_once_per_capacity_table(tmp_path, capsys):
@@ -134,27 +139,11 @@ def test_report_from_a_small_memory_waste_sweep(tmp_path):
     assert "20.4 / 13.3 / 57.3 / 8.9" in text                       # the paper's figures beside ours
     body, listed = text.split("## Not in this report")
     # Missing experiments are said, not invented: listed at the end with their commands, not as placeholders.
-    assert "Not run: `python run.py -m experiment=capacity`" in listed and "## Figure 12" not in body
+    assert "Not run: `python run.py -m experiment=capacity hydra.sweep.dir=" in listed and "## Figure 12" not in body
     assert "The real backend on this machine's CPU. Not run" in listed and "## The real backend" not in body
     assert "![memory waste](figures/memory_waste.png)" in body      # the link resolves beside the report
     assert (tmp_path / "results" / "figures" / "memory_waste.png").stat().st_size > 0
     assert (sweep / "aggregate.csv").is_file()                      # the sweep aggregated itself when it ended
-
-
-def test_only_replaces_the_named_section_and_keeps_every_other_as_shipped(tmp_path):
-    from results.report.write import replace_sections
-
-    old = "# R\n\nintro\n\n## A\n\nold a\n\n## B: sim\n\nold b\n\n## C\n\nold c\n"
-    new = "# R\n\n## B: sim\n\nnew b, from runs\n\n## Not in this report\n\n- A.\n"
-    assert replace_sections(old, new, ["B"]) == "# R\n\nintro\n\n## A\n\nold a\n\n## B: sim\n\nnew b, from runs\n\n## C\n\nold c\n"
-    with pytest.raises(ValueError, match="no section of this composition starts with '## A'"):
-        replace_sections(old, new, ["A"])
-    # A section the report lacks goes after the one it follows in the composition (or at the end).
-    assert replace_sections(old, "## A\n\nnew a\n\n## D\n\nd\n", ["D"]) == (
-        "# R\n\nintro\n\n## A\n\nold a\n\n## D\n\nd\n\n## B: sim\n\nold b\n\n## C\n\nold c\n")
-    assert replace_sections(old, "## D\n\nd\n", ["D"]).endswith("## C\n\nold c\n\n## D\n\nd\n\n")
-    with pytest.raises(ValueError, match="has 2 sections starting with '## A'"):
-        replace_sections(old + "## A\n\nagain\n", "## A\n\nnew a\n", ["A"])
 
 
 def test_the_report_says_what_made_it():

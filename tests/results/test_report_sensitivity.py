@@ -35,6 +35,8 @@ def test_section_reads_the_table(tmp_path):
 
 
 def test_section_without_the_table_names_its_command(tmp_path):
-    section = section_sensitivity(tmp_path / "none")
+    section = section_sensitivity(tmp_path / "sensitivity")
     assert not section.has_runs and section.text == ""
-    assert [p.command for p in section.not_run] == ["python -m studies.sensitivity"]
+    folder = tmp_path / "sensitivity"
+    assert [(p.part, p.command, p.where) for p in section.not_run] == [
+        ("Sensitivity of the claim (Figures 12, 15, 17)", f"python -m studies.sensitivity --out {folder}", folder)]

@@ -1,8 +1,14 @@
 """The sharing sections of the report: read from capacity tables and aggregates, the paper beside ours; parts
-without runs are named, not written as placeholders; capacities that are only bounds say so."""
+without runs are named by their step of the build, not written as placeholders; capacities that are only bounds
+say so; the criteria, the paper's numbers and the row caps quoted come from the config, paper.yaml and the records."""
+import json
+
 import pandas as pd
 
 from results.report import sharing as rs
+from results.report.criteria import criteria
+from results.report.paper import reference
+from results.report.section import step_command
 from results.report.swapping import section_swap
 
 
@@ -38,9 +44,30 @@ def test_sampling_section_sets_ratios_and_the_papers_saving_beside_ours(tmp_path
     assert "python run.py -m experiment=saving" in not_run(section)
     assert section.has_runs and "Not run" not in text and "**Beam search**" not in text
     assert section.warnings == []                                    # every capacity exact: nothing to warn of
+    # The goodput criterion as the config states it, the paper's claims as paper.yaml does.
+    c = criteria()
+    assert (f"Under the goodput criterion ({100 * c.attainment:g}% of requests within TTFT <= {c.ttft_s:g} s and "
+            f"TPOT <= {c.tpot_s:g} s), paged / oracle: n2 1.50x, n4 2.50x.") in text
+    paper = reference()
+    assert (f"beam search {min(v for k, v in paper['figure14_15_saving_alpaca'].items() if k.startswith('beam')):.1f}"
+            in text)
+    assert f"grows from {paper['figure14_15_gain_basic_sampling']:.1f}x (basic sampling)" in text
+    assert f"to {paper['sensitivity_claims']['15']:.1f}x (beam width 6)" in text
+
+
+def write_runs(folder, row_cap, kv_slots):
+    """An aggregate of two runs under `folder`, each with its run record's config (the row cap it ran with)."""
+    rows = []
+    for i in range(2):
+        run = folder / f"run{i}"
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({"config": {"limits": {"max_num_seqs": row_cap}}}))
+        rows.append({"run_dir": run.name, "kv_budget_slots": kv_slots})
+    pd.DataFrame(rows).to_parquet(folder / "aggregate.parquet")
 
 
 def test_beam_rows_name_the_limit_that_binds_paged(tmp_path):
+    experiments = tmp_path / "experiments"
     cap = capacity_rows(["alpaca_synthetic_beam4"], [{"orca-oracle": 2.0, "paged": 5.0}], 0.6)
     paged = cap["engine"] == "paged"
     cap = cap.assign(blocked_by_memory_at_capacity=0.0, blocked_by_max_num_seqs_at_capacity=0.0,
@@ -48,35 +75,55 @@ def test_beam_rows_name_the_limit_that_binds_paged(tmp_path):
     cap.loc[paged, "blocked_by_max_num_seqs_at_capacity"] = 0.9
     cap.loc[paged, "blocked_by_memory_at_capacity"] = 0.1
     cap.loc[paged, "mem_free_at_capacity"] = 0.45
-    (tmp_path / "beam").mkdir()
-    cap.to_csv(tmp_path / "beam" / "capacity.csv", index=False)
-    text = rs.section_sampling(tmp_path).text
+    (experiments / "beam").mkdir(parents=True)
+    cap.to_csv(experiments / "beam" / "capacity.csv", index=False)
+    text = rs.section_sampling(experiments).text
     assert "| beam4 | n/a | n/a | 2 | 5 | n/a | n/a | 2.50x | 60.0 | row cap 90%, KV 45.0% free | 53.1 |" in text
-    section = rs.section_sampling(tmp_path)
-    raised = "python run.py -m experiment=beam limits.max_num_seqs=1024 experiment_name=beam_seqcap"
-    assert raised in not_run(section)                                # not run yet: named with its command
-    (tmp_path / "beam_seqcap").mkdir()
+    section = rs.section_sampling(experiments)
+    raised = step_command("beam_seqcap", tmp_path)
+    assert raised == ("python run.py -m experiment=beam limits.max_num_seqs=1024 experiment_name=beam_seqcap "
+                      f"hydra.sweep.dir={experiments / 'beam_seqcap'}")
+    missing = {part.part: part for part in section.not_run}
+    assert missing["Beam search with the row cap raised (Figures 14-15)"].command == raised   # named by its step
+    assert missing["Beam search with the row cap raised (Figures 14-15)"].where == experiments / "beam_seqcap"
+    (experiments / "beam_seqcap").mkdir()
     seqcap = cap.assign(capacity=cap["capacity"].where(~paged, 8.0))
     seqcap.loc[paged, "blocked_by_max_num_seqs_at_capacity"] = 0.0   # now memory binds
-    seqcap.to_csv(tmp_path / "beam_seqcap" / "capacity.csv", index=False)
-    section = rs.section_sampling(tmp_path)
+    seqcap.to_csv(experiments / "beam_seqcap" / "capacity.csv", index=False)
+    section = rs.section_sampling(experiments)
     assert raised not in not_run(section)
     assert "| beam4 | n/a | n/a | 2 | 8 | n/a | n/a | 4.00x | 60.0 | memory 10%, KV 45.0% free |" in section.text
+    # Without run records the raised cap is the step's; with them, both caps are the records' own.
+    assert "With the row cap raised to 1024 sequences (`python run.py -m experiment=beam " in section.text
+    write_runs(experiments / "beam", 256, 15449)
+    write_runs(experiments / "beam_seqcap", 512, 15072)
+    text = rs.section_sampling(experiments).text
+    assert "With the row cap raised from 256 to 512 sequences" in text
+    assert "so the KV budget goes from 15,449 to 15,072 slots" in text
     none = cap.assign(blocked_by_max_num_seqs_at_capacity=0.0, blocked_by_memory_at_capacity=0.0)
     assert rs.binding_limit(none[none["engine"] == "paged"]) == "none (no queue)"
 
 
 def test_prefix_and_chat_sections(tmp_path):
-    (tmp_path / "prefix").mkdir()
+    experiments = tmp_path / "experiments"
+    (experiments / "prefix").mkdir(parents=True)
     capacity_rows(["translation_1shot", "translation_5shot"],
                   [{"orca-oracle": 2.0, "paged": 3.0}, {"orca-oracle": 1.0, "paged": 3.5}], 0.1).to_csv(
-        tmp_path / "prefix" / "capacity.csv", index=False)
-    text = rs.section_prefix(tmp_path).text
+        experiments / "prefix" / "capacity.csv", index=False)
+    text = rs.section_prefix(experiments).text
     assert "| 1shot | n/a | n/a | 2 | 3 | n/a | n/a | 1.50x | 10.0 | n/a | 1.67x |" in text
     assert "| 5shot | n/a | n/a | 1 | 3.5 | n/a | n/a | 3.50x | 10.0 | n/a | 3.58x |" in text
     assert "generated from stated statistics" in text
-    chat = rs.section_chat(tmp_path)
-    assert not_run(chat) == ["python run.py -m experiment=chat"] and chat.text == "" and not chat.has_runs
+    assert f"Capacity (req/s) at mean normalized latency <= {criteria().latency_s_per_token:g} s/token:" in text
+    chat = rs.section_chat(experiments)
+    assert [(p.part, p.command) for p in chat.not_run] == [("Chatbot (Figure 17)", step_command("chat", tmp_path))]
+    assert chat.text == "" and not chat.has_runs
+    (experiments / "chat").mkdir()
+    capacity_rows(["sharegpt_chat"], [{"orca-oracle": 1.0, "paged": 2.0}], 0.0).to_csv(
+        experiments / "chat" / "capacity.csv", index=False)
+    text = rs.section_chat(experiments).text
+    assert f"vLLM sustains {reference()['sensitivity_claims']['17']:g}x the request rate" in text
+    assert "| latency | n/a | n/a | 1 | 2 | n/a | n/a | 2.00x |" in text
 
 
 def test_swap_section_reads_the_sweep_and_the_benchmark(tmp_path):
@@ -114,6 +161,7 @@ def test_the_one_hour_check_sets_both_trace_lengths_side_by_side(tmp_path):
             tmp_path / name / "capacity.csv", index=False)
     text = rs.trace_length_check(tmp_path)
     assert "| n2 | 1.50x | 1.25x |" in text and "workload.duration_s=3600" in text
+    assert "hydra.sweep.dir=outputs/experiments/sampling_1h`" in text and ", seed 0, " in text
     assert rs.trace_length_check(tmp_path / "nothing") == ""
 
 

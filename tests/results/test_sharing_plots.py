@@ -10,9 +10,9 @@ from results.report import distribution_plots, plots, sharing_plots
 from results.report.distribution_plots import (latency_distribution_figure, plot_latency_distributions,
                                                runs_at_rate, shared_rates)
 from results.report.plots import latency_figure, plot_batch_size, plot_block_size, plot_latency_vs_rate, plot_memory_waste
-from results.report.sharing_plots import (capacity_figure, oracle_ratio, plot_beam, plot_chat, plot_prefix,
-                                          plot_sampling, plot_sharegpt_saving, plot_swap_block_size, plot_swap_cost,
-                                          setting, seed_spread, swap_block_size_figure)
+from results.report.sharing_plots import (capacity_figure, figure_title, oracle_ratio, plot_beam, plot_chat,
+                                          plot_prefix, plot_sampling, plot_sharegpt_saving, plot_swap_block_size,
+                                          plot_swap_cost, setting, seed_spread, swap_block_size_figure)
 from tests.results.test_plots import is_png, sweep_table
 
 BASELINES = ["orca-max", "orca-pow2", "orca-oracle"]
@@ -138,6 +138,21 @@ def test_groups_are_named_with_the_paged_over_oracle_ratio_and_the_papers(drawn,
     assert [t.split("\n")[0] for t in prefix] == ["1shot", "5shot"]
     assert all("paged/oracle 1.33x" in t and "(paper " in t for t in prefix)   # paged 4, oracle 3 (x the seed's)
     assert chat == ["chat\npaged/oracle 1.33x"]
+
+
+def test_titles_name_the_papers_figure_from_the_data_file(drawn, tmp_path):
+    """Each figure's title is docs/report/sharing_figures.yaml's, filled with the figure's values."""
+    for plot, workloads in CAPACITY_PLOTS:
+        engines = ("paged",) if plot is plot_sharegpt_saving else (*BASELINES, "paged")
+        plot(capacity_table(workloads, engines), tmp_path / f"{plot.__name__}.png")
+    plot_swap_cost(tmp_path / "19a.png", tokens=512)
+    plot_swap_block_size(swap_capacity_table(), None, tmp_path / "19b.png")
+    names = ("sampling", "beam", "saving", "prefix", "chat")
+    assert [fig._suptitle.get_text() for fig in drawn[:5]] == [figure_title(n) + " | opt-13b" for n in names]
+    assert figure_title("sampling").startswith("Figure 14")
+    assert drawn[5].axes[0].get_title() == figure_title("swap_cost", tokens=512, model="opt-13b", hardware="a100-40gb")
+    assert "512 tokens, opt-13b, a100-40gb" in drawn[5].axes[0].get_title()
+    assert drawn[6]._suptitle.get_text() == figure_title("swap_block_size")
 
 
 def test_oracle_ratio_is_the_mean_of_per_seed_ratios():
