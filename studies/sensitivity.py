@@ -14,7 +14,7 @@ To keep the grid affordable the searches are smaller than the figures' own: one 
 traces, precision 3%; the default row is measured the same way, so each row compares like with like. Each
 search is an ordinary Hydra capacity sweep under OUT/fig<N>/<input>_<value>/ (re-running skips what is
 done); OUT/sensitivity.csv holds one row per figure, input, value and baseline, read by the report
-(`python -m results.report --only "Sensitivity of the claim"`).
+(`make report` runs this study as one of its steps).
 """
 from __future__ import annotations
 
