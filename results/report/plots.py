@@ -66,7 +66,7 @@ def steady(df: pd.DataFrame, column: str) -> pd.Series:
 
 def _with_keys(df: pd.DataFrame) -> pd.DataFrame:
     """df with float `rate` (NaN offline) and `block` (NaN when the engine has none)."""
-    return df.assign(rate=numeric(df, "request_rate"), block=numeric(df, "block_size"))
+    return df.assign(rate=numeric(df, "request_rate"), block=numeric(df, "block_size")).copy()   # consolidated
 
 
 def setting_columns(df: pd.DataFrame) -> list[str]:

@@ -127,9 +127,9 @@ def collect(sweep_dir: str | Path) -> pd.DataFrame:
     columns = list(dict.fromkeys(k for row in finished for k in row if k not in ("run_dir", "overrides")))
     df = pd.DataFrame([[row.get(c) for c in columns] for row in finished], columns=columns, dtype=object)
     df = df.apply(_tidy).infer_objects()
-    df["run_dir"] = [row["run_dir"] for row in finished]
-    df["overrides"] = [row["overrides"] for row in finished]
-    return sort_runs(df)
+    where = pd.DataFrame({"run_dir": [row["run_dir"] for row in finished],
+                          "overrides": [row["overrides"] for row in finished]}, index=df.index)
+    return sort_runs(pd.concat([df, where], axis=1))   # one block: a wide frame grown a column at a time fragments
 
 
 def code_versions(df: pd.DataFrame) -> list[str]:
