@@ -17,14 +17,14 @@ from pathlib import Path
 import pandas as pd
 
 from results.record.identity import RUN_RECORD
-from results.report.beams import section_beam_check, section_persistence, typed_command
+from results.report.beams import section_beam_check, section_persistence
 from results.report.bounds import bound_note, capacity_part, capacity_warnings, ratio_cell
 from results.report.criteria import criteria
 from results.report.distribution_plots import plot_latency_distributions, runs_at_rate
 from results.report.markdown import num, pct, table
 from results.report.paper import paper, reference, sharing_before
 from results.report.read import load, load_aggregate, load_capacity
-from results.report.section import Section, step_not_run
+from results.report.section import Section, shown, step_not_run, typed_command
 from results.report.sharing_plots import (plot_beam, plot_chat, plot_prefix, plot_sampling, plot_sharegpt_saving,
                                           setting)
 from results.report.steps import step
@@ -171,7 +171,8 @@ def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
         if cap is None:
             continue
         rows = [r + [before_cell(name, r[0])] for r in capacity_rows(cap, "latency", paper().saving_alpaca)]
-        parts.append(render("sharing_capacity.md.j2", label=label, experiment=name, command=typed_command(name),
+        parts.append(render("sharing_capacity.md.j2", label=label, folder=shown(experiments / name),
+                            command=typed_command(name),
                             table=table(header, rows),
                             figure=figure(figures, name, plot_sampling if name == "sampling" else plot_beam, cap)))
         parts.append(render("sharing_goodput.md.j2", criteria=criteria(),
