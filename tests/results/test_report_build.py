@@ -158,3 +158,19 @@ def test_the_section_says_which_records_made_it(tmp_path):
     assert "`beam_persistence` at result code 0123456789ab (commit cccccccccccc)" in line
     assert write.provenance_line("## Method", entries) == ""
     assert "no: `python -m results.report.build --steps beam_persistence`" in text
+
+
+def test_the_quick_build_fails_while_a_part_has_no_records_or_a_section_is_stale(tmp_path, capsys):
+    """A report with one part's records renders (the others listed as not run); the quick build's render says
+    that is not enough, and so it does when the records are of other code."""
+    folder = next(s for s in load_steps() if s.name == "beam_persistence").folder(tmp_path)
+    folder.mkdir(parents=True)
+    (folder / "persistence.csv").write_text("rate,width,persistence,saving\n4,2,0,41.3\n4,2,0.95,34.7\n")
+    write_stamp(folder, {"ok": True, "result_code": result_code(), "git_commit": "c" * 40})
+    out = tmp_path / "REPORT.md"
+    assert build.render(tmp_path, out) == 0 and "**Beam persistence**" in out.read_text()
+    assert build.render(tmp_path, out, complete_or_fail=True) == 1
+    assert "parts of the quick report have no records" in capsys.readouterr().err
+    write_stamp(folder, {"ok": True, "result_code": "0123456789ab", "git_commit": "c" * 40})
+    assert build.render(tmp_path, out, complete_or_fail=True) == 1
+    assert "stale records: section \"Parallel sampling\" (step beam_persistence" in capsys.readouterr().err
