@@ -2,17 +2,20 @@
 
     python -m studies.hf_generate                                   # the default real-backend trace and model
     python -m studies.hf_generate --batch-size 8 workload.num_requests=50
+    python -m studies.hf_generate --out DIR workload.num_requests=24  # also DIR/hf_generate.json (the report's)
 
 Requests are taken in arrival order, `batch_size` at a time (default: as
 many max_seq_len regions as the static engine's KV budget holds), prompts
 left-padded, and each batch generates until its longest request's output
 length (EOS ignored, like our engines). Throughput counts each request's own
-output tokens only, as our summary does. Prints one JSON line.
+output tokens only, as our summary does. Prints one JSON line (and writes it to OUT/hf_generate.json with
+`--out`).
 """
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 import time
 
 from hydra import compose, initialize_config_dir
@@ -26,11 +29,14 @@ from engines.real.model import build_model, resolve_device, resolve_dtype
 from paths import CONF
 from workloads import WorkloadConfig, build_workload
 
+RESULT = "hf_generate.json"
+
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m studies.hf_generate", description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=None,
                         help="requests per generate call (default: max_seq_len regions the KV budget holds)")
+    parser.add_argument("--out", type=Path, help="a folder for hf_generate.json")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
                         help="config overrides, as for run.py (workload.num_requests=24, model=..., backend.*)")
     args = parser.parse_args(argv)
@@ -77,6 +83,9 @@ def main(argv: list[str] | None = None) -> dict:
            "output_tokens_per_s": sum(r.output_len for r in requests) / wall,
            "requests_per_s": len(requests) / wall}
     print(json.dumps(out))
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / RESULT).write_text(json.dumps(out, indent=2) + "\n")
     return out
 
 

@@ -53,12 +53,37 @@ def section_validation(replay_dir: Path) -> Section:
                           noise=noise, verdicts=verdicts), has_runs=True)
 
 
-def section_real(folder: Path) -> Section:
+HF_RESULT = "hf_generate.json"   # what `python -m studies.hf_generate --out DIR` writes in DIR
+
+
+def outside_reference(static: Path | None, hf: Path | None) -> tuple[dict | None, list]:
+    """Our static engine's run and transformers `generate`'s on the same requests (the build's steps
+    static_reference and hf_generate): the template's values, or None, and the parts that have no records."""
+    if static is None or hf is None:
+        return None, []
+    ours = sorted(static.glob("*/summary.json")) if static.is_dir() else []
+    theirs = hf / HF_RESULT
+    missing = ([] if ours else [step_missing("static_reference", static)]) + \
+        ([] if theirs.is_file() else [step_missing("hf_generate", hf)])
+    if missing:
+        return None, missing
+    run, reference = json.loads(ours[0].read_text()), json.loads(theirs.read_text())
+    rows = [[render("backend_reference_hf.md.j2", batch=reference["batch_size"]).strip(),
+             num(reference["output_tokens_per_s"], ".1f"), f"`{typed_command('hf_generate', hf)}`"],
+            [render("backend_reference_static.md.j2").strip(), num(run["output_tokens_per_s"], ".1f"),
+             f"`{typed_command('static_reference')}`"]]
+    return {"requests": reference["num_requests"], "table": table(["what", "output tok/s", "command"], rows),
+            "same_requests": run["num_requests"] == reference["num_requests"]}, []
+
+
+def section_real(folder: Path, static_reference: Path | None = None, hf_generate: Path | None = None) -> Section:
     """The real backend's runs on this machine's CPU, one per engine: throughput, batch and memory, paged over
-    the others, and what a decode step costs by its batch."""
+    the others, and what a decode step costs by its batch; with `static_reference` and `hf_generate`, our static
+    engine beside transformers `generate` on the same requests."""
     runs = sorted(folder.glob("*/summary.json")) if folder.is_dir() else []
     if not runs:
         return Section(not_run=[step_missing("real_cpu", folder)])
+    reference, missing = outside_reference(static_reference, hf_generate)
     summaries = {json.loads(p.read_text())["engine"]: json.loads(p.read_text()) for p in runs}
     ordered = sorted(summaries.items(), key=lambda kv: ENGINES.index(kv[0]))
     rows = [[e, num(s["output_tokens_per_s"], ".1f"), num(s["mean_batch_size"], ".2f"), pct(s["mem_token_states"]),
@@ -74,8 +99,8 @@ def section_real(folder: Path) -> Section:
                   table=table(["engine", "output tok/s", "mean decode batch", "token states %",
                                "token states % while waiting", "wall s"], rows), ratios=ratios,
                   steps=table(["decode rows", "iterations", "mean step (ms)", "ms per sequence"], steps) if steps
-                  else "")
-    return Section(text, has_runs=True)
+                  else "", reference=reference)
+    return Section(text, has_runs=True, not_run=missing)
 
 
 def step_times(folder: Path) -> list[list[str]]:

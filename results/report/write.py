@@ -152,7 +152,7 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
         section_chat(experiments, figures),
         section_swap(experiments, swap_bench, figures),
         section_sensitivity(experiments.parent / "sensitivity"),
-        section_real(real_cpu),
+        section_real(real_cpu, experiments / "static_reference", experiments.parent / "hf_generate"),
         section_peers(peers),
         section_real_sharing(experiments),
         section_validation(replay_dir),

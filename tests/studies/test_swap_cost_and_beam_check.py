@@ -1,4 +1,5 @@
-"""Figure 19a's sim table and its command; the sim's beam model and the beam check's measures of it."""
+"""Figure 19a's sim table and its command; the sim's beam model and the beam check's measures of it; the outside
+reference's file (studies.hf_generate)."""
 import numpy as np
 import pytest
 
@@ -44,3 +45,16 @@ def test_the_beam_check_runs_end_to_end_on_the_real_backend(tmp_path):
     assert main(["--out", str(tmp_path), "--widths", "2", "--requests", "4"]) == 0
     table = (tmp_path / "beam_check.csv").read_text().splitlines()
     assert table[0].startswith("beam_width") and len(table) == 2
+
+
+@pytest.mark.slow
+def test_the_outside_reference_writes_its_line_where_the_report_reads_it(tmp_path):
+    """transformers `generate` on a few short requests: the JSON line it prints is also OUT/hf_generate.json."""
+    import json
+
+    from results.report.backend_sections import HF_RESULT
+    from studies.hf_generate import main
+
+    out = main(["--out", str(tmp_path), "workload.num_requests=2", "workload.max_output_len=4"])
+    assert json.loads((tmp_path / HF_RESULT).read_text()) == out
+    assert out["num_requests"] == 2 and out["output_tokens_per_s"] > 0

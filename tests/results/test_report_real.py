@@ -1,0 +1,38 @@
+"""The report's section on the real backend's CPU runs, with the outside reference beside our static engine."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from results.report.backend_sections import HF_RESULT, section_real
+
+
+def summary(folder: Path, engine: str, tok_s: float, requests: int = 24) -> None:
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({
+        "engine": engine, "output_tokens_per_s": tok_s, "mean_batch_size": 3.0, "mem_token_states": 0.5,
+        "mem_waiting_token_states": 0.4, "wall_s": 10.0, "num_requests": requests, "kv_budget_slots": 8192,
+        "kv_budget_bytes": 64 * 2 ** 20}))
+
+
+def test_the_real_section_sets_our_static_engine_beside_transformers_generate_from_their_records(tmp_path):
+    for engine, tok_s in (("static", 100.0), ("orca-max", 150.0), ("paged", 300.0)):
+        summary(tmp_path / "real_cpu" / engine, engine, tok_s, 100)
+    hf = tmp_path / "hf_generate"
+    section = section_real(tmp_path / "real_cpu", tmp_path / "static_reference", hf)
+    assert section.has_runs and [n.part for n in section.not_run] == [
+        "The real backend on this machine's CPU: our static engine beside transformers generate",
+        "The real backend on this machine's CPU: transformers generate, the outside reference"]
+    assert "paged / static output tokens/s: 3.00x" in section.text and "outside reference" not in section.text
+    summary(tmp_path / "static_reference" / "engine=static", "static", 239.3)
+    hf.mkdir()
+    (hf / HF_RESULT).write_text(json.dumps({"num_requests": 24, "batch_size": 4, "output_tokens_per_s": 185.9}))
+    section = section_real(tmp_path / "real_cpu", tmp_path / "static_reference", hf)
+    assert not section.not_run
+    assert "on the first 24 requests of the same trace" in section.text
+    assert "| transformers `generate`, static batches of 4, left-padded, EOS ignored | 185.9 |" in section.text
+    assert "| 239.3 | `python run.py -m engine=static workload.num_requests=24` |" in section.text
+    assert "records do not match" not in section.text
+    summary(tmp_path / "static_reference" / "engine=static,x", "static", 239.3, requests=12)
+    (tmp_path / "static_reference" / "engine=static" / "summary.json").unlink()
+    assert "records do not match" in section_real(tmp_path / "real_cpu", tmp_path / "static_reference", hf).text
