@@ -10,7 +10,8 @@
 Each step's records go to one folder under the records' root (`results.report.steps`). A step is skipped
 when its folder's stamp says it finished with the same command at this checkout's result-affecting code
 (`python -m results.record.result_code`); a folder made by another command or other code is moved aside to
-ROOT/stale/ first (nothing is deleted), so every record the report reads was made by this code. The untimed
+ROOT/stale/ first (nothing is deleted), so every record the report reads was made by this code; the build
+stops if that code changes while it runs (an edit would leave records of two codes). The untimed
 steps (the sim's sweeps and studies) run first, then the timed ones (the real backend on this CPU, the
 peers, the swap benchmark) one at a time, nothing else of the build running beside them. A failed step is
 reported with the end of its log and the build goes on: the report then holds the sections that have
@@ -32,7 +33,7 @@ import time
 
 from paths import OUTPUTS, REPORT, ROOT
 from results.record import provenance
-from results.record.result_code import result_code
+from results.record.result_code import digest, result_code
 from results.record.store import atomic_write
 from results.report.section import shown
 from results.report.steps import Step, load_steps, read_stamp, write_stamp
@@ -220,6 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     launcher = args.launcher or ("basic" if args.quick and not args.jobs else None)   # tiny runs: no process pool
     for i, step in enumerate([] if args.render_only else chosen, 1):
         label = f"[{i}/{len(chosen)}] {step.name}"
+        now = digest()
+        if now != code:   # an edit under engines/, conf/, ... while building: records would mix two codes
+            print(f"error: the result-affecting code changed during the build ({code} -> {now}); the steps "
+                  f"left ({', '.join(s.name for s in chosen[i - 1:])}) were not run: run the build again",
+                  file=sys.stderr)
+            failed.append(step.name)
+            break
         if is_current(step, root, args.quick, code):
             stamp = read_stamp(step.folder(root))
             results.append({**stamp, "status": "reused"})
@@ -230,6 +238,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: records of other code or another command moved to {shown(moved)}", flush=True)
         print(f"{label}: {step.shown(root, args.quick)}", flush=True)
         stamp = run_step(step, root, args.quick, code, args.jobs, launcher)
+        if stamp["ok"] and digest() != code:   # changed while it ran: its runs may be of either code
+            stamp = {**stamp, "ok": False, "error": "the result-affecting code changed while the step ran"}
+            write_stamp(step.folder(root), stamp)
         results.append({**stamp, "status": "ran" if stamp["ok"] else "failed"})
         print(f"{label}: {'done' if stamp['ok'] else 'FAILED'} in {minutes(stamp['wall_s'])}", flush=True)
         if not stamp["ok"]:

@@ -174,3 +174,24 @@ def test_the_quick_build_fails_while_a_part_has_no_records_or_a_section_is_stale
     write_stamp(folder, {"ok": True, "result_code": "0123456789ab", "git_commit": "c" * 40})
     assert build.render(tmp_path, out, complete_or_fail=True) == 1
     assert "stale records: section \"Parallel sampling\" (step beam_persistence" in capsys.readouterr().err
+
+
+def test_the_build_stops_when_the_result_affecting_code_changes_under_it(tmp_path, monkeypatch, capsys):
+    """An edit under engines/ while the build runs would leave records of two codes: no step runs after it."""
+    monkeypatch.setattr(build, "digest", lambda: "0123456789ab")
+    monkeypatch.setattr(build, "run_step", lambda *a, **k: pytest.fail("a step ran on changed code"))
+    assert build.main(["--root", str(tmp_path), "--steps", "beam_persistence,beam_check"]) == 1
+    err = capsys.readouterr().err
+    assert "the result-affecting code changed during the build" in err and "beam_persistence, beam_check" in err
+
+
+def test_a_step_during_which_the_code_changed_is_not_current(tmp_path, monkeypatch, capsys):
+    step, code = fake_step(tmp_path), result_code()
+    codes = iter([code, "0123456789ab", "0123456789ab"])   # before the step, after it, before the next
+    monkeypatch.setattr(build, "digest", lambda: next(codes))
+    monkeypatch.setattr(build, "load_steps", lambda: [step, Step("other", "Figure 2", ("python", "x.py"))])
+    assert build.main(["--root", str(tmp_path)]) == 1
+    stamp = read_stamp(step.folder(tmp_path))
+    assert not stamp["ok"] and "changed while the step ran" in stamp["error"]
+    assert not build.is_current(step, tmp_path, False, code)
+    assert "steps left (other) were not run" in capsys.readouterr().err
