@@ -44,11 +44,16 @@ LOG = "step.log"
 TAIL_LINES = 20
 
 
+def stamped_command(step: Step, root: Path, quick: bool) -> list[str]:
+    """The command as its stamp records it: its arguments after the interpreter."""
+    return step.argv(root, quick)[1:]
+
+
 def is_current(step: Step, root: Path, quick: bool, code: str) -> bool:
     """Whether `step`'s folder holds its finished records from this command at result code `code`."""
     stamp = read_stamp(step.folder(root))
     return bool(stamp and stamp.get("ok") and stamp.get("result_code") == code
-                and stamp.get("command") == step.argv(root, quick)[1:])
+                and stamp.get("command") == stamped_command(step, root, quick))
 
 
 def foreign_codes(folder: Path, code: str) -> set[str]:
@@ -72,7 +77,7 @@ def set_aside(step: Step, root: Path, quick: bool, code: str) -> Path | None:
     if not folder.is_dir():
         return None
     stamp = read_stamp(folder)
-    other_command = stamp is not None and stamp.get("command") != step.argv(root, quick)[1:]
+    other_command = stamp is not None and stamp.get("command") != stamped_command(step, root, quick)
     if not foreign_codes(folder, code) and not other_command:
         return None
     target = Path(root) / "stale" / f"{step.name}-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
@@ -105,7 +110,8 @@ def run_step(step: Step, root: Path, quick: bool, code: str, jobs: int | None = 
     wall = time.perf_counter() - start
     ok = done.returncode == 0 and not failed_runs(folder, step)
     code_info = provenance.code()
-    stamp = {"step": step.name, "section": step.section, "command": argv[1:], "launcher": extra, "ok": ok,
+    stamp = {"step": step.name, "section": step.section, "command": stamped_command(step, root, quick),
+             "launcher": extra, "ok": ok,
              "returncode": done.returncode, "result_code": code, "git_commit": code_info["git_commit"],
              "code_version": code_info["code_version"], "quick": quick, "timed": step.timed, "wall_s": round(wall, 1),
              "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
@@ -152,22 +158,14 @@ def render(root: Path, out: Path, complete_or_fail: bool = False) -> int:
     folders). With `complete_or_fail` (the quick build) every part must have records and every section must
     come from this checkout's result code, else 1; 2 when nothing could be written."""
     from results.report.current import stale_sections
-    from results.report.write import compose, write_report
+    from results.report.write import compose, publish
 
     experiments = root / "experiments"
     with tempfile.TemporaryDirectory() as figures:
         report = compose(experiments, experiments / "real_cpu", Path(figures), root / "replay", root / "swap_bench",
                          root / "peers")
-        for part in report.not_run:
-            print(f"not in the report: {part}")
-        try:
-            write_report(report, Path(figures), out)
-        except ValueError as err:
-            print(f"error: {err}", file=sys.stderr)
+        if publish(report, Path(figures), out) is None:
             return 2
-    for warning in report.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"wrote {out}")
     if not complete_or_fail:
         return 0
     stale = stale_sections(report.text, result_code())

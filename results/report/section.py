@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paths import ROOT
+from results.report.steps import step
 
 
 def shown(path: Path) -> str:
@@ -44,32 +45,24 @@ def experiment_not_run(part: str, name: str, experiments: Path) -> NotRun:
 def step_command(name: str, root: Path) -> str:
     """The command of the build's step `name` (docs/report/steps.yaml) as a reader types it in the repository's
     root, its records going under the records' root `root` (shown relative to the repository when inside it)."""
-    from results.report.steps import step
-
     return step(name).shown(Path(shown(root)))
 
 
 def typed_command(name: str, out: Path | str | None = None) -> str:
     """The command of the build's step `name` as a reader types it, writing to `out` (shown relative to the
     repository), or to its own default folder when `out` is None (`Step.typed`)."""
-    from results.report.steps import step
-
     return step(name).typed(None if out is None else shown(Path(out)))
 
 
 def step_missing(name: str, folder: Path) -> NotRun:
     """The part that the build's step `name` makes, when `folder`, where the report reads its records, has none:
     the step's title, its command writing to that folder, the folder."""
-    from results.report.steps import step
-
     return NotRun(step(name).title, typed_command(name, folder), folder)
 
 
 def step_not_run(name: str, root: Path) -> NotRun:
     """The part that the build's step `name` (docs/report/steps.yaml) makes, when it has no records under the
     records' root `root`: the step's title, its command, its folder."""
-    from results.report.steps import step
-
     s = step(name)
     return NotRun(s.title, step_command(name, root), s.folder(root))
 

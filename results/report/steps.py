@@ -125,7 +125,3 @@ def write_stamp(folder: Path, stamp: dict) -> None:
     Path(folder).mkdir(parents=True, exist_ok=True)
     atomic_write(Path(folder) / STAMP, lambda tmp: Path(tmp).write_text(json.dumps(stamp, indent=2) + "\n"))
 
-
-def stamps(root: Path, steps: list[Step] | None = None) -> dict[str, dict | None]:
-    """Every step's stamp under the records' root `root` (None where it has none), by step name."""
-    return {s.name: read_stamp(s.folder(root)) for s in (steps if steps is not None else load_steps())}

@@ -115,10 +115,10 @@ def step_records(root: Path, steps: list[Step] | None = None) -> list[dict]:
     return entries
 
 
-def records_table(root: Path, steps: list[Step] | None = None) -> str:
+def records_table(root: Path, steps: list[Step] | None = None, entries: list[dict] | None = None) -> str:
     """The report's last section: each step's records, the code that made them and whether it is this
-    checkout's; "" when no step has records."""
-    entries = step_records(root, steps)
+    checkout's (`entries`: `step_records(root, steps)`, when already read); "" when no step has records."""
+    entries = step_records(root, steps) if entries is None else entries
     if not entries:
         return ""
     return render("write_records.md.j2", entries=entries, code=result_code())
@@ -165,7 +165,7 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
         line = provenance_line(s.text.split("\n", 1)[0], entries) if s.has_runs else ""
         if line:
             s.text = s.text.rstrip("\n") + "\n\n" + line
-    records = records_table(experiments.parent)
+    records = records_table(experiments.parent, entries=entries)
     text = ("\n".join(s.text for s in sections if s.text)
             + ("\n" + render("write_code_versions.md.j2", notes=mixed) if mixed else "")
             + ("\n" + not_in_report(not_run) if not_run else "")
@@ -200,6 +200,23 @@ def write_report(report: Report, figures: Path, out: Path, force: bool = False) 
     return out
 
 
+def publish(report: Report, figures: Path, out: Path, force: bool = False) -> Path | None:
+    """`write_report`, saying so: the parts left out, then an error line and None when it may not be written,
+    else the warnings and where it went (with the figures drawn into `figures`)."""
+    for part in report.not_run:
+        print(f"not in the report: {part}")
+    try:
+        out = write_report(report, figures, out, force)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return None
+    drawn = len(list(Path(figures).glob("*.png")))
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"wrote {out}" + (f" and {drawn} figure{'s' if drawn > 1 else ''} in {out.parent / 'figures'}" if drawn else ""))
+    return out
+
+
 def build_report(experiments: Path, real_cpu: Path, out: Path, replay_dir: Path | None = None,
                  force: bool = False, swap_bench: Path = OUTPUTS / "swap_bench",
                  peers: Path = OUTPUTS / "peers") -> Path:
@@ -228,18 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as figures:
         report = compose(args.experiments, args.real_cpu, Path(figures), args.replay, args.swap_bench, args.peers)
-        for part in report.not_run:
-            print(f"not in the report: {part}")
-        try:
-            out = write_report(report, Path(figures), args.out, args.force)
-        except ValueError as err:
-            print(f"error: {err}", file=sys.stderr)
-            return 2
-        drawn = len(list(Path(figures).glob("*.png")))
-    for warning in report.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
-    print(f"wrote {out}" + (f" and {drawn} figure{'s' if drawn > 1 else ''} in {out.parent / 'figures'}" if drawn else ""))
-    return 0
+        return 0 if publish(report, Path(figures), args.out, args.force) is not None else 2
 
 
 if __name__ == "__main__":
