@@ -24,6 +24,7 @@ REFERENCE = DATA / "reference"
 KEPT_RUNS = DATA / "runs"
 DOCS = ROOT / "docs"
 REPORT = DOCS / "REPORT.md"
+README = ROOT / "README.md"
 REPORT_SOURCES = DOCS / "report"   # what the report is built from: its steps (steps.yaml) and templates/
 FIGURES = DOCS / "figures"
 OUTPUTS = ROOT / "outputs"

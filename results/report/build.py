@@ -16,7 +16,8 @@ steps (the sim's sweeps and studies) run first, then the timed ones (the real ba
 peers, the swap benchmark) one at a time, nothing else of the build running beside them. A failed step is
 reported with the end of its log and the build goes on: the report then holds the sections that have
 records and lists the rest, and the shipped report is not replaced. The time of every step and section is
-printed at the end, and kept in ROOT/build.json.
+printed at the end, and kept in ROOT/build.json. Writing the shipped report also rewrites the README's
+results block from the same records (`results.report.headline`).
 """
 from __future__ import annotations
 
@@ -166,6 +167,12 @@ def render(root: Path, out: Path, complete_or_fail: bool = False) -> int:
                          root / "peers")
         if publish(report, Path(figures), out) is None:
             return 2
+    if Path(out).resolve() == REPORT.resolve():
+        from results.report.headline import update_readme
+        try:
+            print(f"wrote the results block of {update_readme(root)}")
+        except ValueError as err:
+            print(f"warning: README.md: {err}: its results were not rewritten", file=sys.stderr)
     if not complete_or_fail:
         return 0
     stale = stale_sections(report.text, result_code())

@@ -5,8 +5,8 @@
 
 The report ends with "Records behind this report": one row per step of the build, the result code that made
 its records and whether it was the code that rendered it. A report is current when every row's code is this
-checkout's (`python -m results.record.result_code`); otherwise each stale row names its section and the
-command that rebuilds it. An engine fix thus lands with its re-run, or this check (a test of the suite) says
+checkout's (`python -m results.record.result_code`) and every step of the build has a row; otherwise each
+stale or missing row names its section and the command that rebuilds it. An engine fix thus lands with its re-run, or this check (a test of the suite) says
 which parts of the shipped report it leaves behind.
 """
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 
 from paths import REPORT
 from results.record.result_code import result_code
+from results.report.steps import Step, load_steps
 
 RECORDS_HEADING = "## Records behind this report"
 
@@ -55,20 +56,32 @@ def stale_sections(text: str, code: str) -> list[Stale]:
     return stale
 
 
+def missing_steps(text: str, steps: list[Step] | None = None) -> list[Stale]:
+    """Every step of the build (docs/report/steps.yaml) that the report `text`'s records table does not list: a
+    part of the report rendered without its records (it says so where the section would be)."""
+    listed = {row[0] for row in records_rows(text)}
+    return [Stale(s.name, s.section, "none", f"python -m results.report.build --steps {s.name}")
+            for s in (steps if steps is not None else load_steps()) if s.name not in listed]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m results.report.current", description=__doc__.splitlines()[0])
     parser.add_argument("report", nargs="?", type=Path, default=REPORT)
     args = parser.parse_args(argv)
     code = result_code()
     try:
-        stale = stale_sections(args.report.read_text(), code)
+        text = args.report.read_text()
+        stale, missing = stale_sections(text, code), missing_steps(text)
     except (OSError, ValueError) as err:
         print(f"error: {args.report}: {err}", file=sys.stderr)
         return 2
     for s in stale:
         print(f"stale: {s}")
-    print(f"{args.report}: {'current' if not stale else f'{len(stale)} steps stale'} at result code {code}")
-    return 1 if stale else 0
+    for s in missing:
+        print(f"no records: {s}")
+    verdict = "current" if not stale and not missing else f"{len(stale)} steps stale, {len(missing)} without records"
+    print(f"{args.report}: {verdict} at result code {code}")
+    return 1 if stale or missing else 0
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ from results.report.markdown import num, pct
 from results.report.paper import earlier_report, paper, reference
 from results.report.plots import (has_curve, plot_batch_size, plot_block_size, plot_latency_vs_rate,
                                   plot_memory_waste, rate_curves)
-from results.report.read import load_capacity
+from results.report.read import load, load_capacity
+from results.report.setup import SECONDS_PER_HOUR, duration_words, trace_setup
 from results.report.section import Section, shown, step_command, step_not_run
 from results.report.template import render
 from results.sweeps.capacity import capacity_summary, ratio_summary, ratio_table
@@ -30,7 +31,10 @@ CATS = ("token_states", "reservation", "internal_fragmentation", "external_fragm
 ENGINES = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
 BASELINES = ("orca-oracle", "orca-pow2", "orca-max", "static")
 TRACE_LENGTH_STEP = "capacity_1000_requests"
-SECONDS_PER_HOUR = 3600
+CAPACITY_HEADER = ["workload", *ENGINES, *(f"paged / {b}" for b in BASELINES)]
+MEMORY_HEADER = ["engine", "token states", "reservation", "internal frag.", "ext. frag. & others", "free",
+                 "token states, whole run", "batch", "paper (tokens / reserv. / internal / ext.)",
+                 "token states: ours - paper"]
 
 
 def section_table1() -> Section:
@@ -48,11 +52,16 @@ def section_table1() -> Section:
                           fill=(w * 1e9 + kv * GiB) / memory, memory_gib=memory / GiB))
 
 
-def trace_length_effect(capacity: pd.DataFrame, short: pd.DataFrame, root: Path = EXPERIMENTS.parent) -> str:
-    """The same search on 1,000-request traces against one-hour traces, ShareGPT seed 0, latency criterion
-    (`root`: the records' root, for the command of the short traces' step)."""
+def trace_length_effect(capacity: pd.DataFrame, short: pd.DataFrame, root: Path = EXPERIMENTS.parent,
+                        runs: pd.DataFrame | None = None, short_runs: pd.DataFrame | None = None) -> str:
+    """The same search on fixed-count traces (`short`, the step capacity_1000_requests) against fixed-duration
+    ones (`capacity`), ShareGPT, the short search's seed, latency criterion (`root`: the records' root, for the
+    command of the short traces' step; `runs` and `short_runs`: the two searches' runs, which say how they were
+    made)."""
+    seed = int(short["seed"].min()) if len(short) else 0
+
     def at(table, engine) -> tuple[float, str]:
-        r = table[(table["workload"] == "sharegpt") & (table["seed"] == 0) & (table["engine"] == engine)
+        r = table[(table["workload"] == "sharegpt") & (table["seed"] == seed) & (table["engine"] == engine)
                   & table["criterion"].str.startswith("latency")]
         return (float(r["capacity"].iloc[0]), r["bound"].iloc[0]) if len(r) else (math.nan, "=")
 
@@ -64,8 +73,12 @@ def trace_length_effect(capacity: pd.DataFrame, short: pd.DataFrame, root: Path 
     for engine in ("orca-oracle", "paged"):
         rows.append([engine, *(num(c, ".3g") + bound_note(b) for c, b in (at(short, engine), at(capacity, engine)))])
     rows.append(["paged / orca-oracle", ratio(short), ratio(capacity)])
+    long = trace_setup(runs)
+    duration = long["durations"][0] if len(long["durations"]) == 1 else math.nan
     return render("paper_trace_length.md.j2", c=criteria(), command=step_command(TRACE_LENGTH_STEP, root), rows=rows,
-                  per_hour=float(format(at(capacity, "paged")[0] * SECONDS_PER_HOUR, ".2g")))
+                  seed=seed, short=trace_setup(short_runs), long=long,
+                  long_span=f"a {duration_words(duration)} trace" if duration == duration else "a fixed-duration trace",
+                  per_trace=float(format(at(capacity, "paged")[0] * duration, ".2g")))
 
 
 def unloaded_latency(runs: pd.DataFrame | None) -> float | None:
@@ -82,7 +95,9 @@ def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = N
     runs; the search on 1,000-request traces, in `short_dir`, adds the trace-length effect). `runs`, the capacity
     search's runs, give the unloaded latency the criterion is set against."""
     c = criteria()
-    text = render("paper_method.md.j2", c=c, unloaded=unloaded_latency(runs))
+    setup = trace_setup(runs)
+    setup["as_paper"] = setup["durations"] == [SECONDS_PER_HOUR]
+    text = render("paper_method.md.j2", c=c, unloaded=unloaded_latency(runs), setup=setup)
     if capacity is None:
         return Section(text)
     new = ratio_summary(ratio_table(capacity))
@@ -102,7 +117,8 @@ def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = N
     root = Path(short_dir).parent.parent
     if short is None:
         return Section(text, has_runs=True, not_run=[step_not_run(TRACE_LENGTH_STEP, root)])
-    return Section(text + "\n" + trace_length_effect(capacity, short, root), has_runs=True,
+    short_runs = load(Path(short_dir).parent, Path(short_dir).name)
+    return Section(text + "\n" + trace_length_effect(capacity, short, root, runs, short_runs), has_runs=True,
                    warnings=capacity_warnings(short, short_dir))
 
 
@@ -110,6 +126,16 @@ def section_memory(df: pd.DataFrame | None, figures: Path, sweep: Path) -> Secti
     if df is None:
         return Section(not_run=[step_not_run("memory_waste", sweep.parent.parent)])
     plot_memory_waste(df, figures / "memory_waste.png", prefix="steady_mem")
+    first = df.iloc[0]
+    return Section(render("paper_memory.md.j2", command=step_command("memory_waste", sweep.parent.parent),
+                          requests=int(first["num_requests"]), model=first["model"], hardware=first["hardware"],
+                          block_size=df["block_size"].dropna().max(), c=criteria(), header=MEMORY_HEADER,
+                          rows=memory_rows(df), lengths=trace_lengths(df, sweep), paper=reference()), has_runs=True)
+
+
+def memory_rows(df: pd.DataFrame) -> list[list[str]]:
+    """Figure 2's table (MEMORY_HEADER): each engine's KV split over the steady window, its whole-run token states,
+    its batch, and the paper's split beside it."""
     rows = []
     for engine in ENGINES:
         r = df[df["engine"] == engine]
@@ -122,11 +148,7 @@ def section_memory(df: pd.DataFrame | None, figures: Path, sweep: Path) -> Secti
                      num(r["steady_mean_batch_size"], ".1f"),
                      " / ".join("-" if p is None else f"{p}" for p in paper_split) if paper_split else "not reported",
                      diff])
-    first = df.iloc[0]
-    return Section(render("paper_memory.md.j2", command=step_command("memory_waste", sweep.parent.parent),
-                          requests=int(first["num_requests"]), model=first["model"], hardware=first["hardware"],
-                          block_size=df["block_size"].dropna().max(), c=criteria(), rows=rows,
-                          lengths=trace_lengths(df, sweep), paper=reference()), has_runs=True)
+    return rows
 
 
 def trace_lengths(df: pd.DataFrame, sweep: Path) -> dict[str, float] | None:
@@ -142,6 +164,20 @@ def section_capacity(capacity: pd.DataFrame | None, runs: pd.DataFrame | None, f
                      experiments: Path = EXPERIMENTS) -> Section:
     if capacity is None:
         return Section(not_run=[step_not_run("capacity", experiments.parent)])
+    tables = capacity_tables(capacity)
+    curve = runs is not None and has_curve(rate_curves(runs))
+    if curve:
+        plot_latency_vs_rate(runs, figures / "latency_vs_rate.png", threshold=criteria().latency_s_per_token)
+    text = render("paper_capacity.md.j2", command=step_command("capacity", experiments.parent),
+                  folder=shown(experiments / "capacity"), c=criteria(),
+                  header=CAPACITY_HEADER, tables=tables,
+                  warnings=capacity_warnings(capacity), paper=reference(), curve=curve, setup=trace_setup(runs))
+    return Section(text, has_runs=True, warnings=capacity_warnings(capacity, experiments / "capacity"))
+
+
+def capacity_tables(capacity: pd.DataFrame) -> list[tuple[str, list[list[str]]]]:
+    """Per criterion (the latency criterion first): one row per workload, each engine's capacity and paged's ratio
+    over each baseline, as mean (min-max) over seeds (Figure 12's tables: CAPACITY_HEADER)."""
     caps = capacity_summary(capacity)
     rel = ratio_summary(ratio_table(capacity))
     tables = []
@@ -157,14 +193,7 @@ def section_capacity(capacity: pd.DataFrame | None, runs: pd.DataFrame | None, f
                 cells.append(spread(q, base, "{:.2f}x") if base in q.index else "n/a")
             rows.append(cells)
         tables.append((criterion, rows))
-    curve = runs is not None and has_curve(rate_curves(runs))
-    if curve:
-        plot_latency_vs_rate(runs, figures / "latency_vs_rate.png", threshold=criteria().latency_s_per_token)
-    text = render("paper_capacity.md.j2", command=step_command("capacity", experiments.parent),
-                  folder=shown(experiments / "capacity"), c=criteria(),
-                  header=["workload", *ENGINES, *(f"paged / {b}" for b in BASELINES)], tables=tables,
-                  warnings=capacity_warnings(capacity), paper=reference(), curve=curve)
-    return Section(text, has_runs=True, warnings=capacity_warnings(capacity, experiments / "capacity"))
+    return tables
 
 
 def spread(table_: pd.DataFrame, key: str, spec: str) -> str:
@@ -190,7 +219,7 @@ def section_batch(df: pd.DataFrame | None, figures: Path, experiments: Path = EX
     sharegpt = settings["sharegpt"]
     alpaca = next(v for k, v in settings.items() if k.startswith("alpaca"))
     return Section(render("paper_batch.md.j2", command=step_command("batch_size", experiments.parent),
-                          engines=ENGINES, rows=rows, **orca_max_batch(df), saturated=saturated(df),
+                          engines=ENGINES, rows=rows, **orca_max_batch(df), saturated=saturated(df), setup=trace_setup(df),
                           sharegpt=sharegpt, alpaca=alpaca,
                           share=capacity_share(experiments, "sharegpt", sharegpt["rate"]),
                           output=mean_output(df, experiments / "batch_size", "sharegpt", sharegpt["rate"]),
@@ -267,7 +296,7 @@ def section_blocks(df: pd.DataFrame | None, figures: Path, experiments: Path = E
         rows.append(cells)
     return Section(render("paper_blocks.md.j2", command=step_command("block_size", experiments.parent),
                           blocks=blocks, header=["block", *(f"{w} {num(r, 'g')} req/s" for w, r in settings)],
-                          rows=rows, cost=load_hardware(df["hardware"].iloc[0]).paged_block_cost_tokens,
+                          rows=rows, cost=load_hardware(df["hardware"].iloc[0]).paged_block_cost_tokens, setup=trace_setup(df),
                           best=best_blocks(df), paper=reference()), has_runs=True)
 
 

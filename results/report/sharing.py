@@ -25,6 +25,7 @@ from results.report.markdown import num, pct, table
 from results.report.paper import paper, reference, sharing_before
 from results.report.read import load, load_aggregate, load_capacity
 from results.report.section import Section, shown, step_not_run, typed_command
+from results.report.setup import trace_setup
 from results.report.sharing_plots import (plot_beam, plot_chat, plot_prefix, plot_sampling, plot_sharegpt_saving,
                                           setting)
 from results.report.steps import step
@@ -163,7 +164,8 @@ def paper_saving_ranges() -> dict[str, tuple[float, float]]:
 
 
 def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
-    parts, section = [render("sharing_sampling_head.md.j2", criteria=criteria())], Section()
+    parts = [render("sharing_sampling_head.md.j2", criteria=criteria(), setup=trace_setup(load(experiments, "sampling")))]
+    section = Section()
     header = ["setting", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
               "paged's binding limit", "paper saving %", f"before ({sharing_before().commit}): paged/oracle, saving %"]
     for name, label in (("sampling", "Parallel sampling"), ("beam", "Beam search")):
@@ -232,7 +234,8 @@ def trace_length_check(experiments: Path) -> str:
     rows = [[setting(w), ratio(short, w), ratio(long, w)]
             for w in long["workload"].drop_duplicates()]
     return render("sharing_trace_length.md.j2", seed=seed, criteria=criteria(), command=step("sampling_1h").shown(),
-                  rows=rows)
+                  rows=rows, short=trace_setup(load(experiments, "sampling")),
+                  long=trace_setup(load(experiments, "sampling_1h")))
 
 
 def section_prefix(experiments: Path, figures: Path | None = None) -> Section:
@@ -246,6 +249,7 @@ def section_prefix(experiments: Path, figures: Path | None = None) -> Section:
     for r in rows:
         r += [paper_ratio.get(r[0], "-"), before_cell("prefix", r[0], saving=False)]
     return Section(render("sharing_prefix.md.j2", command=typed_command("prefix"), criteria=criteria(),
+                          setup=trace_setup(load(experiments, "prefix")),
                           table=table(header, rows), figure=figure(figures, "prefix", plot_prefix, cap)),
                    has_runs=True, warnings=capacity_warnings(cap, experiments / "prefix"))
 
@@ -261,6 +265,7 @@ def section_chat(experiments: Path, figures: Path | None = None) -> Section:
         for r in capacity_rows(cap, crit):
             rows.append([crit] + r[1:8] + [before_cell("chat", "n1", saving=False) if crit == "latency" else "-"])
     return Section(render("sharing_chat.md.j2", command=typed_command("chat"), paper=reference(),
+                          setup=trace_setup(load(experiments, "chat")),
                           table=table(header, rows), figure=figure(figures, "chat", plot_chat, cap)),
                    has_runs=True, warnings=capacity_warnings(cap, experiments / "chat"))
 

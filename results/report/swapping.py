@@ -17,9 +17,10 @@ from results.report.bounds import bound_note, capacity_part, ratio_cell
 from results.report.criteria import criteria
 from results.report.markdown import num, table
 from results.report.paper import reference, sharing_before
-from results.report.read import load_aggregate
+from results.report.read import load, load_aggregate
 from results.report.sharing_plots import plot_swap_block_size, plot_swap_cost
 from results.report.section import Section, experiment_not_run
+from results.report.setup import trace_setup
 from results.report.steps import step
 from results.report.template import render
 from results.sweeps.capacity import combined_bound
@@ -64,6 +65,7 @@ def section_swap(experiments: Path, swap_bench: Path, figures: Path | None = Non
     if cap is not None:
         values["capacity"] = {
             "command": typed_command("swap_capacity"), "latency_s_per_token": criteria().latency_s_per_token,
+            "setup": trace_setup(load(experiments, "swap_capacity")),
             "table": table(["block size", "swap", "recompute", "swap / recompute"], swap_capacity_rows(cap))}
     agg = load_aggregate(experiments, "swap")
     if agg is None:
@@ -75,7 +77,7 @@ def section_swap(experiments: Path, swap_bench: Path, figures: Path | None = Non
                      f"{before.swap_latency['recompute'].get(int(r[0]), float('nan')):.3f}"]
                 for r in preemption_rows(agg, "steady_norm_latency_s_mean", ".3f")]
         values["sim"] = {
-            "command": typed_command("swap"), "before_commit": before.commit,
+            "command": typed_command("swap"), "before_commit": before.commit, "setup": trace_setup(agg),
             "table": table(["block size", "req/s", "swap: latency", "swap: preemptions", "recompute: latency",
                             "recompute: preemptions", f"before ({before.commit}): swap / recompute"], rows)}
     if figures is not None and plot_swap_block_size(cap, agg, Path(figures) / "swap_block_size.png") is not None:

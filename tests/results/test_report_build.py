@@ -128,6 +128,11 @@ def test_a_report_made_by_this_code_is_current_and_one_made_by_other_code_names_
     assert "python -m results.report.build --steps beam_persistence" in str(stale[0])
     with pytest.raises(ValueError, match="no \"Records behind this report\" section"):
         current.stale_sections("# R\n\n## Method\n", here)
+    listed = {"beam_persistence"}
+    missing = current.missing_steps(text)
+    assert {s.step for s in missing} == {s.name for s in load_steps()} - listed
+    assert all(str(s).endswith(f"`python -m results.report.build --steps {s.step}`") for s in missing)
+    assert current.missing_steps(text, [s for s in load_steps() if s.name in listed]) == []
 
 
 def test_an_engine_edit_makes_the_report_stale(tmp_path):

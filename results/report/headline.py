@@ -1,0 +1,100 @@
+"""The README's results at a glance, written by the build from the same records as the report.
+
+The README used to carry tables typed in from an earlier report, which a rerun left behind. Now the block
+between README_START and README_END is rendered (docs/report/templates/readme_results.md.j2) from the
+records the shipped report was made from, stamped with their result code, whenever `make report` writes
+docs/REPORT.md; the test on the shipped report checks that code is HEAD's.
+
+    python -m results.report.headline            # rewrite the README's block from outputs/ (the build does this)
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+import re
+import sys
+
+from paths import OUTPUTS, README
+from results.record.result_code import result_code
+from results.report.paper import reference
+from results.report.paper_sections import CAPACITY_HEADER, MEMORY_HEADER, capacity_tables, memory_rows
+from results.report.read import load, load_capacity
+from results.report.section import step_command
+from results.report.setup import trace_setup
+from results.report.sharing import BASELINES, capacity_rows
+from results.report.steps import step
+from results.report.template import render
+
+README_START = "<!-- results: written by `make report` from the report's records; do not edit here -->"
+README_END = "<!-- /results -->"
+CODE = re.compile(r"result-affecting code `(\w+)`")
+SHARING_STEPS = ("sampling", "beam", "prefix", "chat")
+
+
+def headline(root: Path = OUTPUTS) -> str:
+    """The README's results block from the records under `root`: Figure 2's split, Figure 12's capacities and
+    Figures 14-17's ratios, each with the command that made it; a part without records says so."""
+    experiments = root / "experiments"
+    memory, capacity = load(experiments, "memory_waste"), load_capacity(experiments)
+    return render("readme_results.md.j2", code=result_code(), start=README_START, end=README_END,
+                  memory=None if memory is None else {"header": MEMORY_HEADER, "rows": memory_rows(memory),
+                                                      "command": step_command("memory_waste", root),
+                                                      "setup": trace_setup(memory)},
+                  capacity=None if capacity is None else {"header": CAPACITY_HEADER,
+                                                          "tables": capacity_tables(capacity),
+                                                          "command": step_command("capacity", root),
+                                                          "setup": trace_setup(load(experiments, "capacity"))},
+                  sharing=sharing_rows(root), paper=reference())
+
+
+def sharing_rows(root: Path) -> list[list[str]]:
+    """Figures 14-17 at a glance: per setting of each sharing step that has records, paged's capacity over
+    Orca (Oracle)'s (mean (min-max) over seeds) and its memory saving at capacity, with the step's command."""
+    rows = []
+    for name in SHARING_STEPS:
+        cap = load_capacity(root / "experiments", name)
+        if cap is None:
+            continue
+        for r in capacity_rows(cap, "latency"):
+            rows.append([step(name).title, f"`{step_command(name, root)}`", r[0], r[1 + 2 * len(BASELINES)],
+                         r[2 + 2 * len(BASELINES)]])
+    return rows
+
+
+def replace_block(text: str, block: str) -> str:
+    """`text` with its results block (README_START to README_END, both included) replaced by `block`;
+    ValueError when `text` has no such block."""
+    start, end = text.find(README_START), text.find(README_END)
+    if start < 0 or end < start:
+        raise ValueError(f"no results block ({README_START} ... {README_END})")
+    return text[:start] + block.strip() + text[end + len(README_END):]
+
+
+def block_code(text: str) -> str | None:
+    """The result code the results block of `text` says made it, or None without a block or a code."""
+    start, end = text.find(README_START), text.find(README_END)
+    found = CODE.search(text[start:end]) if 0 <= start < end else None
+    return found.group(1) if found else None
+
+
+def update_readme(root: Path = OUTPUTS, readme: Path = README) -> Path:
+    """Rewrite `readme`'s results block from the records under `root`."""
+    readme.write_text(replace_block(readme.read_text(), headline(root)))
+    return readme
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.report.headline", description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=OUTPUTS, help="the records' root (default outputs/)")
+    parser.add_argument("--readme", type=Path, default=README)
+    args = parser.parse_args(argv)
+    try:
+        print(f"wrote the results block of {update_readme(args.root, args.readme)}")
+    except (OSError, ValueError) as err:
+        print(f"error: {args.readme}: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
