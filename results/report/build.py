@@ -168,11 +168,8 @@ def render(root: Path, out: Path, complete_or_fail: bool = False) -> int:
         if publish(report, Path(figures), out) is None:
             return 2
     if Path(out).resolve() == REPORT.resolve():
-        from results.report.headline import update_readme
-        try:
-            print(f"wrote the results block of {update_readme(root)}")
-        except ValueError as err:
-            print(f"warning: README.md: {err}: its results were not rewritten", file=sys.stderr)
+        from results.report.headline import after_shipped_report
+        after_shipped_report(root)
     if not complete_or_fail:
         return 0
     stale = stale_sections(report.text, result_code())

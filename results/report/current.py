@@ -29,11 +29,12 @@ class Stale:
 
     step: str
     section: str
-    codes: str
+    codes: str | None   # None: the report lists no records of the step
     command: str
 
     def __str__(self) -> str:
-        return f"section \"{self.section}\" (step {self.step}, made by result code {self.codes}): `{self.command}`"
+        made = "no records" if self.codes is None else f"made by result code {self.codes}"
+        return f"section \"{self.section}\" (step {self.step}, {made}): `{self.command}`"
 
 
 def records_rows(text: str) -> list[list[str]]:
@@ -60,7 +61,7 @@ def missing_steps(text: str, steps: list[Step] | None = None) -> list[Stale]:
     """Every step of the build (docs/report/steps.yaml) that the report `text`'s records table does not list: a
     part of the report rendered without its records (it says so where the section would be)."""
     listed = {row[0] for row in records_rows(text)}
-    return [Stale(s.name, s.section, "none", f"python -m results.report.build --steps {s.name}")
+    return [Stale(s.name, s.section, None, f"python -m results.report.build --steps {s.name}")
             for s in (steps if steps is not None else load_steps()) if s.name not in listed]
 
 

@@ -2,8 +2,9 @@
 
 The README used to carry tables typed in from an earlier report, which a rerun left behind. Now the block
 between README_START and README_END is rendered (docs/report/templates/readme_results.md.j2) from the
-records the shipped report was made from, stamped with their result code, whenever `make report` writes
-docs/REPORT.md; the test on the shipped report checks that code is HEAD's.
+records the shipped report was made from, stamped with the result codes of those records (this checkout's
+when none has records yet), whenever `make report` or `python -m results.report --out docs/REPORT.md` writes
+docs/REPORT.md.
 
     python -m results.report.headline            # rewrite the README's block from outputs/ (the build does this)
 """
@@ -24,11 +25,16 @@ from results.report.setup import trace_setup
 from results.report.sharing import BASELINES, capacity_rows
 from results.report.steps import step
 from results.report.template import render
+from results.report.write import step_records
 
 README_START = "<!-- results: written by `make report` from the report's records; do not edit here -->"
 README_END = "<!-- /results -->"
-CODE = re.compile(r"result-affecting code `(\w+)`")
+CODE = re.compile(r"result-affecting code `([^`]+)`")
 SHARING_STEPS = ("sampling", "beam", "prefix", "chat")
+HEADLINE_STEPS = ("memory_waste", "capacity", *SHARING_STEPS)
+# sharing.capacity_rows' columns: setting, each baseline's capacity, paged's, paged over each baseline, saving
+ORACLE_RATIO = 2 + len(BASELINES) + BASELINES.index("orca-oracle")
+SAVING = 2 + 2 * len(BASELINES)
 
 
 def headline(root: Path = OUTPUTS) -> str:
@@ -36,7 +42,9 @@ def headline(root: Path = OUTPUTS) -> str:
     Figures 14-17's ratios, each with the command that made it; a part without records says so."""
     experiments = root / "experiments"
     memory, capacity = load(experiments, "memory_waste"), load_capacity(experiments)
-    return render("readme_results.md.j2", code=result_code(), start=README_START, end=README_END,
+    entries = [e for e in step_records(root) if e["step"] in HEADLINE_STEPS]
+    codes = sorted({c for e in entries for c in e["codes"]}) or [result_code()]
+    return render("readme_results.md.j2", code=", ".join(codes), start=README_START, end=README_END,
                   memory=None if memory is None else {"header": MEMORY_HEADER, "rows": memory_rows(memory),
                                                       "command": step_command("memory_waste", root),
                                                       "setup": trace_setup(memory)},
@@ -56,8 +64,7 @@ def sharing_rows(root: Path) -> list[list[str]]:
         if cap is None:
             continue
         for r in capacity_rows(cap, "latency"):
-            rows.append([step(name).title, f"`{step_command(name, root)}`", r[0], r[1 + 2 * len(BASELINES)],
-                         r[2 + 2 * len(BASELINES)]])
+            rows.append([step(name).title, f"`{step_command(name, root)}`", r[0], r[ORACLE_RATIO], r[SAVING]])
     return rows
 
 
@@ -81,6 +88,15 @@ def update_readme(root: Path = OUTPUTS, readme: Path = README) -> Path:
     """Rewrite `readme`'s results block from the records under `root`."""
     readme.write_text(replace_block(readme.read_text(), headline(root)))
     return readme
+
+
+def after_shipped_report(root: Path, readme: Path = README) -> None:
+    """What follows writing the shipped report from the records under `root`: the README's block rewritten from
+    them, or a warning saying why it was not (the report stays written)."""
+    try:
+        print(f"wrote the results block of {update_readme(root, readme)}")
+    except (OSError, ValueError) as err:
+        print(f"warning: {readme}: {err}: its results block was not rewritten", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -97,6 +97,7 @@ def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = N
     c = criteria()
     setup = trace_setup(runs)
     setup["as_paper"] = setup["durations"] == [SECONDS_PER_HOUR]
+    setup["shorter"] = bool(setup["durations"]) and max(setup["durations"]) < SECONDS_PER_HOUR
     text = render("paper_method.md.j2", c=c, unloaded=unloaded_latency(runs), setup=setup)
     if capacity is None:
         return Section(text)
@@ -112,7 +113,7 @@ def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = N
     caps = capacity_summary(capacity)
     knee = caps[caps["criterion"].str.startswith("latency") & caps["workload"].str.startswith("alpaca")
                 & (caps["engine"] == "orca-max")]["mean"]
-    text += render("paper_method_ratios.md.j2", c=c, commit=earlier.commit, rows=rows,
+    text += render("paper_method_ratios.md.j2", c=c, commit=earlier.commit, rows=rows, setup=setup,
                    knee=float(knee.iloc[0]) if len(knee) else None)
     root = Path(short_dir).parent.parent
     if short is None:

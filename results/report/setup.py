@@ -49,10 +49,10 @@ def _distinct(runs: pd.DataFrame, column: str) -> list:
 def trace_setup(runs: pd.DataFrame | None) -> dict:
     """The runs' traces and seeds in words, and the figures behind them: `traces` ("one-hour Poisson traces", or
     "1,000-request Poisson traces" for a fixed request count, joined by "and" when the runs differ), `seeds`
-    ("seeds 0-2"), `num_seeds`, `durations` (seconds) and `requests` (the fixed request counts); None values and
-    "" when `runs` has none of them (a section without records)."""
+    ("seeds 0-2"), `words` (both, comma-joined, empty parts left out), `num_seeds`, `durations` (seconds) and
+    `requests` (the fixed request counts); "" and empty lists when `runs` has none of them (no records)."""
     if runs is None or not len(runs):
-        return {"traces": "", "seeds": "", "num_seeds": 0, "durations": [], "requests": []}
+        return {"traces": "", "seeds": "", "words": "", "num_seeds": 0, "durations": [], "requests": []}
     arrivals = _distinct(runs, "arrival")
     arrival = " and ".join(ARRIVALS.get(a, a) for a in arrivals)
     durations = [float(d) for d in _distinct(runs, "duration_s")]
@@ -64,5 +64,6 @@ def trace_setup(runs: pd.DataFrame | None) -> dict:
     traces = " and ".join(sizes) + (f" {arrival}" if arrival else "") + " traces" if sizes else ""
     column = next((c for c in SEED_COLUMNS if c in runs), None)
     seeds = _distinct(runs, column) if column else []
-    return {"traces": traces.strip(), "seeds": seed_words(seeds), "num_seeds": len(seeds), "durations": durations,
-            "requests": requests}
+    words = ", ".join(w for w in (traces.strip(), seed_words(seeds)) if w)
+    return {"traces": traces.strip(), "seeds": seed_words(seeds), "words": words, "num_seeds": len(seeds),
+            "durations": durations, "requests": requests}

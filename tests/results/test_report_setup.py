@@ -28,6 +28,7 @@ def test_the_setup_of_fixed_duration_runs():
     assert setup["traces"] == "10-minute Poisson traces"
     assert setup["seeds"] == "seeds 0-2" and setup["num_seeds"] == 3
     assert setup["durations"] == [600.0] and setup["requests"] == []
+    assert setup["words"] == "10-minute Poisson traces, seeds 0-2"
 
 
 def test_the_setup_of_fixed_count_runs_and_of_mixed_durations():
@@ -40,5 +41,5 @@ def test_the_setup_of_fixed_count_runs_and_of_mixed_durations():
 
 
 def test_no_runs_say_nothing():
-    assert trace_setup(None) == {"traces": "", "seeds": "", "num_seeds": 0, "durations": [], "requests": []}
+    assert trace_setup(None) == {"traces": "", "seeds": "", "words": "", "num_seeds": 0, "durations": [], "requests": []}
     assert trace_setup(pd.DataFrame())["traces"] == ""
