@@ -3,8 +3,8 @@
 The README used to carry tables typed in from an earlier report, which a rerun left behind. Now the block
 between README_START and README_END is rendered (docs/report/templates/readme_results.md.j2) from the
 records the shipped report was made from, stamped with the result codes of those records (this checkout's
-when none has records yet), whenever `make report` or `python -m results.report --out docs/REPORT.md` writes
-docs/REPORT.md.
+when none has records yet), whenever `make report` writes docs/REPORT.md (after `python -m results.report --out docs/REPORT.md`,
+run `python -m results.report.headline`).
 
     python -m results.report.headline            # rewrite the README's block from outputs/ (the build does this)
 """

@@ -245,12 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as figures:
         report = compose(args.experiments, args.real_cpu, Path(figures), args.replay, args.swap_bench, args.peers)
-        if publish(report, Path(figures), args.out, args.force) is None:
-            return 2
-    if args.out.resolve() == REPORT.resolve():
-        from results.report.headline import after_shipped_report   # it reads this module's records table
-        after_shipped_report(args.experiments.parent)
-    return 0
+        return 0 if publish(report, Path(figures), args.out, args.force) is not None else 2
 
 
 if __name__ == "__main__":
