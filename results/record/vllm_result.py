@@ -1,41 +1,65 @@
-"""A run as vLLM's `benchmarks/benchmark_serving.py --save-result` writes one: `vllm_result.json`.
+"""A run as vLLM's `vllm bench serve --save-result` writes one: `vllm_result.json`.
 
-The same keys as vLLM's file, so tools that read vLLM's results read ours.
-Units follow vLLM: the `<stat>_<metric>_ms` figures are in milliseconds;
-`duration`, each `ttfts` entry and each `itls` entry are in seconds;
-throughputs are per second (`request_throughput`, `request_goodput:` in
-requests, `output_throughput`, `total_token_throughput` in tokens). The
-`request_goodput:` key keeps vLLM's trailing colon.
+The keys of current vLLM's file (vllm/benchmarks/serve.py), in its order,
+so tools that read vLLM's results read ours. Units follow vLLM: the
+`<stat>_<metric>_ms` figures are in milliseconds; `duration`, `ttfts`,
+`itls`, `latencies`, `start_times` and `queue_times` are in seconds;
+throughputs are per second (`request_throughput`, `request_goodput` in
+requests, `output_throughput`, `total_token_throughput` and
+`max_output_tokens_per_s` in tokens). `request_goodput:` (the key of
+vLLM's older benchmark_serving.py, with its trailing colon) repeats
+`request_goodput` for readers of the older files.
 
 As vLLM's:
 - the per-request lists (`input_lens`, `output_lens`, `ttfts`, `itls`,
-  `generated_texts`, `errors`) hold one entry per request sent, in id
-  order; a request that did not finish (rejected, or cut off by
-  `stop_at_last_arrival`) counts as failed: output length 0, TTFT 0.0, no
-  ITLs, and why in `errors` ("" for a finished request);
+  `latencies`, `start_times`, `queue_times`, `generated_texts`, `errors`)
+  hold one entry per request sent, in id order; a request that did not
+  finish (rejected, refused by a peer, or cut off by
+  `stop_at_last_arrival`) counts as `failed`: output length 0, TTFT and
+  latency 0.0, no ITLs, and why in `errors` ("" for a finished request);
+- a request starts when the client sends it (`start_times`): for a run
+  against an HTTP server (`backend=http`), when it left our client, which
+  may hold it back under `backend.max_concurrency` (that wait is its
+  `queue_times` entry, reported apart: TTFT and latency count from the
+  send, and `<stat>_client_queue_time_ms` and, at a finite rate,
+  `<stat>_e2el_including_client_queue_ms` are added when a cap is set, as
+  vLLM adds them); for our engines and in-process peers, at its trace
+  arrival (no client: every `queue_times` entry is 0.0, and the time a
+  request waits inside the engine counts in its TTFT, as a server's own
+  queue does in vLLM's figures);
 - `completed`, the token totals, the throughputs and every statistic count
   finished requests only, over `duration` (our makespan: first arrival to
   last finish); TPOT is over outputs of more than one token; ITLs are
   pooled; `std` is the population standard deviation; the statistics of
   no value are 0.0 (null for ITL when the table has no token times);
+- `max_output_tokens_per_s` is the most output tokens whose times fall in
+  one second (one-second buckets from the first start, each token at its
+  request's start + TTFT + the ITLs before it), and
+  `max_concurrent_requests` the most finished requests in flight at once
+  (each from its start to its finish);
 - percentile keys are `p<P>_<metric>_ms`, P as `percentile_label` writes it,
-  for the percentiles the summary reports (`measure.percentiles`);
-- `request_goodput:` is null when the SLO bounds nothing.
+  for the percentiles the summary reports (`measure.percentiles`), for
+  ttft, tpot, itl and e2el (vLLM's `--percentile-metrics ttft,tpot,itl,e2el`);
+- `request_goodput` is null when the SLO bounds nothing.
 
-The per-request lists are written, as vLLM's `--save-detailed` writes them,
-only with `measure.vllm_detailed=true`: they are most of the file (a
-one-hour sim run's ~3.6M ITLs take ~75 MB), and a capacity search writes
-hundreds of runs. Without them the file holds every other key.
+As vLLM without `--save-detailed`, the per-request lists but `latencies` and
+`queue_times` are written only with `measure.vllm_detailed=true`: they are
+most of the file (a one-hour sim run's ~3.6M ITLs take ~75 MB), and a
+capacity search writes hundreds of runs.
 
 Ours: `generated_texts` are empty strings (the text is not kept);
 `output_lens` counts every row of a request (n samples or beams), as the
-summary's `output_tokens_per_s` does; `max_concurrency` is null (the
-engine's `max_num_seqs` caps the batch, not the client); `tokenizer_id` is
-the trace's tokenizer when the run's config names one, else the model. The
-run's setting goes at the top level, as vLLM's `--metadata KEY=VALUE` puts
-it: `engine`, `block_size`, `workload`, `seed`, `code_version`, with their
-JSON types (vLLM's are strings); `backend`, vLLM's own key, holds ours
-(sim or real).
+summary's `output_tokens_per_s` does, and a step of a group gives as many
+tokens as it has rows in `max_output_tokens_per_s`; `endpoint_type` and
+`backend` (vLLM writes the same value in both) hold our backend (sim, real,
+transformers, http); `label` is the engine's label (or the peer's);
+`max_concurrency` is `backend.max_concurrency` of an HTTP run, null
+otherwise (the engine's `max_num_seqs` caps the batch, not the client);
+`rtfx` is 0.0 (no audio); `tokenizer_id` is the trace's tokenizer when the
+run's config names one, else the model. The run's setting goes after
+`num_prompts`, as vLLM's `--metadata KEY=VALUE` puts it: `engine`,
+`block_size`, `workload`, `seed`, `code_version`, with their JSON types
+(vLLM's are strings).
 """
 from __future__ import annotations
 
@@ -103,8 +127,8 @@ def error(status: str, rejected_reason) -> str:
     """A request's entry in `errors`: "" when it finished, else why not."""
     if status == "finished":
         return ""
-    if status == "rejected":
-        return rejected_reason if isinstance(rejected_reason, str) else "rejected"
+    if status in ("rejected", "failed"):      # failed: a peer's request (refused, an error, a cut stream)
+        return rejected_reason if isinstance(rejected_reason, str) else status
     return UNFINISHED
 
 
@@ -115,12 +139,45 @@ def run_date(summary: dict) -> str:
     return when.strftime("%Y%m%d-%H%M%S")
 
 
-DETAILED = ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors")
+# The lists vLLM leaves out without --save-detailed (`latencies` and `queue_times` stay).
+DETAILED = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors")
+CLIENT = "http"     # the backend whose requests leave a client of ours, which may hold them back
+
+
+def token_times(first_s: np.ndarray, gaps: TokenGaps) -> np.ndarray:
+    """Each token's time as vLLM's `calculate_metrics` places it: its request's first token (`first_s`, one per
+    request of the table, NaN for one that produced none) and then one ITL after another; request after request,
+    the first token of each before its others."""
+    itl, owner = gaps.itl_s, gaps.owner
+    if not itl.size:
+        return first_s[np.isfinite(first_s)]
+    within = np.cumsum(itl)
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    before = np.where(starts > 0, within[np.maximum(starts - 1, 0)], 0.0)
+    within -= np.repeat(before, np.diff(np.r_[starts, len(owner)]))
+    later = first_s[owner] + within
+    return np.concatenate([first_s[np.isfinite(first_s)], later])
+
+
+def peaks(start_s: np.ndarray, end_s: np.ndarray, times_s: np.ndarray, weights: np.ndarray) -> tuple[float, int]:
+    """vLLM's `max_output_tokens_per_s` (the most token weight in a one-second bucket counted from the first
+    start) and `max_concurrent_requests` (the most [start, end) intervals open at once), of finished requests."""
+    if not start_s.size:
+        return 0.0, 0
+    first = start_s.min()
+    buckets = int(np.ceil(end_s.max() - first)) + 1
+    index = (times_s - first).astype(np.int64)
+    keep = (index >= 0) & (index < buckets)
+    per_s = np.bincount(index[keep], weights=weights[keep], minlength=buckets)
+    edges = np.concatenate([start_s, end_s])
+    steps = np.concatenate([np.ones(len(start_s), np.int64), -np.ones(len(end_s), np.int64)])
+    order = np.lexsort((steps, edges))           # by time, a finish before a start at the same time
+    return float(per_s.max()), int(np.cumsum(steps[order]).max())
 
 
 def vllm_result(requests: pd.DataFrame, summary: dict, detailed: bool = True) -> dict:
     """The vllm_result.json of a run, from its requests table and its summary (see the module's doc);
-    `itls` as an `ITLs` (`to_json` writes it all); without the per-request lists unless `detailed`."""
+    `itls` as an `ITLs` (`to_json` writes it all); without most per-request lists unless `detailed`."""
     meta = summary.get("metadata") or {}
     config = meta.get("config") or {}
     percentiles = summary_percentiles(summary)
@@ -128,17 +185,35 @@ def vllm_result(requests: pd.DataFrame, summary: dict, detailed: bool = True) ->
     finished = (reqs["status"] == "finished").to_numpy()
     gaps = TokenGaps.of_table(reqs)
     lat = request_latencies(reqs, gaps)
-    width = reqs["width"] if "width" in reqs else 1
+    width = reqs["width"] if "width" in reqs else pd.Series(1, index=reqs.index)
     output_lens = (reqs["output_len"] * width).where(finished, 0)
     rate = summary.get("request_rate")
     bounded = any(summary.get(f"slo_{bound}") is not None for bound in SLO_BOUNDS)   # else vLLM writes None
+    client = summary.get("backend") == CLIENT
+    cap = (config.get("backend") or {}).get("max_concurrency") if client else None
+    arrival = reqs["arrival_s"].to_numpy(dtype="float64")
+    start = reqs["admitted_s"].to_numpy(dtype="float64") if client else arrival.copy()
+    start = np.where(np.isfinite(start), start, arrival)           # one never sent: at its arrival
+    queued = start - arrival
+    ttft = lat["ttft_s"].to_numpy(dtype="float64") - queued        # from the send, as vLLM's clock starts
+    e2el = lat["e2e_latency_s"].to_numpy(dtype="float64") - queued
     if gaps is not None:
         itls = ITLs(gaps.pooled(finished), np.bincount(gaps.owner, minlength=len(reqs)) * finished)
+        done_gaps = TokenGaps(gaps.pooled(finished), gaps.owner[finished[gaps.owner]], gaps.num_requests)
+        first = np.where(finished, reqs["first_token_s"].to_numpy(dtype="float64"), np.nan)
+        times = token_times(first, done_gaps)
+        rows = width.to_numpy()
+        weights = np.concatenate([rows[np.isfinite(first)], rows[done_gaps.owner]]).astype("float64")
+        peak_tokens, peak_requests = peaks(start[finished], start[finished] + e2el[finished], times, weights)
     else:
         itls = ITLs(np.empty(0), np.zeros(len(reqs), dtype=np.int64))
+        peak_tokens, peak_requests = None, None
+    goodput = summary["goodput_requests_per_s"] if bounded else None
     out = {
         "date": run_date(summary),
+        "endpoint_type": summary.get("backend"),
         "backend": summary.get("backend"),
+        "label": summary.get("engine"),
         "model_id": summary.get("model"),
         "tokenizer_id": (config.get("workload") or {}).get("tokenizer") or summary.get("model"),
         "num_prompts": int(len(reqs)),
@@ -149,29 +224,40 @@ def vllm_result(requests: pd.DataFrame, summary: dict, detailed: bool = True) ->
         "code_version": meta.get("code_version"),
         "request_rate": "inf" if rate is None or math.isinf(rate) else rate,
         "burstiness": summary.get("burstiness", 1.0),
-        "max_concurrency": None,
+        "max_concurrency": cap,
         "duration": summary["makespan_s"],
         "completed": int(finished.sum()),
+        "failed": int((~finished).sum()),
         "total_input_tokens": int(reqs["prompt_len"][finished].sum()),
         "total_output_tokens": int(output_lens.sum()),
         "request_throughput": summary["requests_per_s"],
-        "request_goodput:": summary["goodput_requests_per_s"] if bounded else None,
+        "request_goodput": goodput,
+        "request_goodput:": goodput,
         "output_throughput": summary["output_tokens_per_s"],
         "total_token_throughput": summary["total_tokens_per_s"],
         "input_lens": [int(n) for n in reqs["prompt_len"]],
         "output_lens": [int(n) for n in output_lens],
-        "ttfts": [float(t) if ok else 0.0 for ok, t in zip(finished, lat["ttft_s"])],
+        "ttfts": np.where(finished, ttft, 0.0).tolist(),
         "itls": itls,
+        "latencies": np.where(finished, e2el, 0.0).tolist(),
+        "start_times": start.tolist(),
+        "queue_times": queued.tolist(),
         "generated_texts": [""] * len(reqs),
         "errors": [error(s, why) for s, why in zip(reqs["status"], reqs["rejected_reason"].astype(object))],
+        "max_output_tokens_per_s": peak_tokens,
+        "max_concurrent_requests": peak_requests,
+        "rtfx": 0.0,
     }
-    done = lat[finished]
-    values = {"ttft": done["ttft_s"].to_numpy(dtype="float64"),
-              "tpot": done["tpot_s"].dropna().to_numpy(dtype="float64"),
+    values = {"ttft": ttft[finished],
+              "tpot": lat["tpot_s"][finished].dropna().to_numpy(dtype="float64"),
               "itl": itls.itl_s if gaps is not None else None,
-              "e2el": done["e2e_latency_s"].to_numpy(dtype="float64")}
+              "e2el": e2el[finished]}
     for metric in METRICS:
         out.update(stats_ms(values[metric], metric, percentiles))
+    if cap is not None:                          # vLLM: the client's queue, and the latency with it
+        out.update(stats_ms(queued[finished], "client_queue_time", percentiles))
+        if out["request_rate"] != "inf":
+            out.update(stats_ms(e2el[finished] + queued[finished], "e2el_including_client_queue", percentiles))
     if not detailed:
         for key in DETAILED:
             del out[key]

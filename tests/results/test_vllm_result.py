@@ -11,21 +11,27 @@ from engines.config import engine_config
 from results.record.store import SUMMARY, read_summary, save_run
 from results.record.summary import SLO, RunSetting, build_summary
 from results.record.vllm_result import DETAILED, UNFINISHED, VLLM_RESULT, to_json, vllm_result
-from tests.results.test_metrics_timelines import ITERATIONS, REQS, TIMELINES, WARMUP, finished, per_request, values
+from tests.results.test_metrics_timelines import (ITERATIONS, REQS, TIMELINES, WARMUP, finished, per_request,
+                                                  requests_of, values)
 from workloads.config import WorkloadConfig
 
-# The keys of vLLM's benchmark_serving.py result file (`--save-result --save-detailed`, metrics ttft, tpot,
-# itl and e2el, `--metric-percentiles 50,90,95,99`), written out as the reference schema.
-VLLM_KEYS = {
-    "date", "backend", "model_id", "tokenizer_id", "num_prompts", "request_rate", "burstiness",
-    "max_concurrency", "duration", "completed", "total_input_tokens", "total_output_tokens",
-    "request_throughput", "request_goodput:", "output_throughput", "total_token_throughput", "input_lens",
-    "output_lens", "ttfts", "itls", "generated_texts", "errors",
-    "mean_ttft_ms", "median_ttft_ms", "std_ttft_ms", "p50_ttft_ms", "p90_ttft_ms", "p95_ttft_ms", "p99_ttft_ms",
-    "mean_tpot_ms", "median_tpot_ms", "std_tpot_ms", "p50_tpot_ms", "p90_tpot_ms", "p95_tpot_ms", "p99_tpot_ms",
-    "mean_itl_ms", "median_itl_ms", "std_itl_ms", "p50_itl_ms", "p90_itl_ms", "p95_itl_ms", "p99_itl_ms",
-    "mean_e2el_ms", "median_e2el_ms", "std_e2el_ms", "p50_e2el_ms", "p90_e2el_ms", "p95_e2el_ms", "p99_e2el_ms",
-}
+# The keys of current vLLM's result file (vllm/benchmarks/serve.py, `vllm bench serve --save-result
+# --save-detailed --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,95,99`, no
+# --max-concurrency), in the order it writes them: the setting, the totals (BenchmarkMetrics), the per-request
+# lists, the peaks, then each metric's statistics.
+VLLM_KEYS = [
+    "date", "endpoint_type", "backend", "label", "model_id", "tokenizer_id", "num_prompts",
+    "request_rate", "burstiness", "max_concurrency",
+    "duration", "completed", "failed", "total_input_tokens", "total_output_tokens", "request_throughput",
+    "request_goodput", "output_throughput", "total_token_throughput",
+    "input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times", "generated_texts",
+    "errors", "max_output_tokens_per_s", "max_concurrent_requests", "rtfx",
+    *(f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el")
+      for stat in ("mean", "median", "std", "p50", "p90", "p95", "p99")),
+]
+# What vLLM leaves out without --save-detailed.
+VLLM_DETAILED = {"input_lens", "output_lens", "start_times", "ttfts", "itls", "generated_texts", "errors"}
+OLD_GOODPUT = "request_goodput:"    # the older benchmark_serving.py's key, kept as an alias
 METADATA = {"engine", "block_size", "workload", "seed", "code_version"}     # as vLLM's --metadata KEY=VALUE
 OURS = {"ttft": "ttft_s", "tpot": "tpot_s", "itl": "itl_s", "e2el": "e2e_latency_s"}
 TEST_METADATA = {"code_version": "abc123def456", "date": "2026-01-02T03:04:05+00:00",
@@ -46,10 +52,13 @@ def written(requests=REQS, summary=None) -> dict:
     return json.loads(to_json(vllm_result(requests, summary or summary_of(requests))))
 
 
-def test_the_keys_are_vllms_and_the_metadata():
+def test_the_keys_are_vllms_in_its_order_with_the_metadata_and_the_old_goodput_key():
     result = written()
-    assert set(result) == VLLM_KEYS | METADATA
-    assert list(result)[:5] == ["date", "backend", "model_id", "tokenizer_id", "num_prompts"]
+    assert set(result) == set(VLLM_KEYS) | METADATA | {OLD_GOODPUT}
+    assert [k for k in result if k in VLLM_KEYS] == VLLM_KEYS
+    keys = list(result)
+    assert keys.index(OLD_GOODPUT) == keys.index("request_goodput") + 1
+    assert set(DETAILED) == VLLM_DETAILED
 
 
 def test_statistics_in_ms_are_the_summarys_seconds_times_1000():
@@ -76,7 +85,9 @@ def test_totals_and_throughputs_count_finished_requests_over_the_makespan():
     assert result["total_input_tokens"] == sum(8 + i for i, r in enumerate(TIMELINES) if r in done)
     assert result["total_output_tokens"] == sum(r["output_len"] * r.get("width", 1) for r in done)
     assert result["request_throughput"] == pytest.approx(6 / 55.0)
-    for ours, theirs in (("requests_per_s", "request_throughput"), ("goodput_requests_per_s", "request_goodput:"),
+    assert result["failed"] == len(TIMELINES) - 6
+    assert result["request_goodput"] == result[OLD_GOODPUT]
+    for ours, theirs in (("requests_per_s", "request_throughput"), ("goodput_requests_per_s", "request_goodput"),
                          ("output_tokens_per_s", "output_throughput"),
                          ("total_tokens_per_s", "total_token_throughput")):
         assert result[theirs] == pytest.approx(summary[ours]), theirs
@@ -84,7 +95,8 @@ def test_totals_and_throughputs_count_finished_requests_over_the_makespan():
 
 def test_per_request_lists_have_one_entry_per_request_and_fail_the_unfinished():
     result = written()
-    for key in ("input_lens", "output_lens", "ttfts", "itls", "generated_texts", "errors"):
+    for key in ("input_lens", "output_lens", "ttfts", "itls", "latencies", "start_times", "queue_times",
+                "generated_texts", "errors"):
         assert len(result[key]) == len(TIMELINES), key
     for i, r in enumerate(TIMELINES):
         assert result["input_lens"][i] == 8 + i
@@ -93,9 +105,13 @@ def test_per_request_lists_have_one_entry_per_request_and_fail_the_unfinished():
             assert result["ttfts"][i] == pytest.approx(m["ttft"])     # seconds, as vLLM's
             assert result["itls"][i] == pytest.approx(m["itls"])
             assert result["output_lens"][i] == r["output_len"] * r.get("width", 1)
+            assert result["latencies"][i] == pytest.approx(m["e2e"])
             assert result["errors"][i] == ""
         else:
             assert (result["ttfts"][i], result["itls"][i], result["output_lens"][i]) == (0.0, [], 0)
+            assert result["latencies"][i] == 0.0
+        # No client of ours: each request starts at its arrival and waits in no client queue.
+        assert (result["start_times"][i], result["queue_times"][i]) == (r["arrival"], 0.0)
     assert result["errors"][5] == "prompt too long" and result["errors"][7] == UNFINISHED
     assert result["generated_texts"] == [""] * len(TIMELINES)
     assert sum(len(x) for x in result["itls"]) == len(values(TIMELINES, "itl")) == 13
@@ -108,6 +124,8 @@ def test_setting_and_metadata_come_from_the_summary():
                                                                                            "synthetic", 3)
     assert result["code_version"] == "abc123def456" and result["date"] == "20260102-030405"
     assert (result["request_rate"], result["burstiness"], result["max_concurrency"]) == (2.0, 1.0, None)
+    assert result["endpoint_type"] == result["backend"] == "sim" and result["label"] == "paged"
+    assert result["rtfx"] == 0.0
     offline = summary_of(arrival="offline", rate=None)
     assert written(summary=offline)["request_rate"] == "inf"       # no rate, as vLLM writes it
 
@@ -122,8 +140,9 @@ def test_chosen_percentiles_are_named_as_vllm_names_them():
 
 
 def test_goodput_is_null_when_the_slo_bounds_nothing():
-    assert written(summary=summary_of(slo=SLO(ttft_s=None, tpot_s=None)))["request_goodput:"] is None
-    assert written()["request_goodput:"] is not None
+    unbounded = written(summary=summary_of(slo=SLO(ttft_s=None, tpot_s=None)))
+    assert unbounded["request_goodput"] is None and unbounded[OLD_GOODPUT] is None
+    assert written()["request_goodput"] is not None
 
 
 def test_a_table_without_token_times_has_empty_itls_and_null_itl_figures():
@@ -131,6 +150,7 @@ def test_a_table_without_token_times_has_empty_itls_and_null_itl_figures():
     result = written(reqs, summary_of(reqs))
     assert result["itls"] == [[]] * len(TIMELINES)
     assert result["mean_itl_ms"] is None and result["p99_itl_ms"] is None
+    assert result["max_output_tokens_per_s"] is None and result["max_concurrent_requests"] is None
     assert result["mean_ttft_ms"] == pytest.approx(written()["mean_ttft_ms"])
 
 
@@ -155,12 +175,91 @@ def test_every_saved_run_has_the_file_and_it_round_trips(tmp_path):
     on_disk = json.loads((tmp_path / VLLM_RESULT).read_text())
     expected = vllm_result(REQS, read_summary(tmp_path))
     assert on_disk == {**expected, "itls": expected["itls"].tolist()}
-    # Without the detail (the default, as vLLM without --save-detailed): every key but the per-request lists.
+    # Without the detail (the default, as vLLM without --save-detailed): every key but most per-request lists.
     save_run(tmp_path, ITERATIONS, REQS, summary)
     brief = json.loads((tmp_path / VLLM_RESULT).read_text())
-    assert set(brief) == set(expected) - set(DETAILED) and brief["completed"] == 6
+    assert set(brief) == set(expected) - VLLM_DETAILED and brief["completed"] == 6
+    assert len(brief["latencies"]) == len(brief["queue_times"]) == len(TIMELINES)
     assert brief["mean_ttft_ms"] == on_disk["mean_ttft_ms"]
     assert (tmp_path / SUMMARY).is_file() and on_disk["completed"] == 6
     # The requests table keeps every request's token times.
     back = pd.read_parquet(tmp_path / "requests.parquet")
     assert [list(t) for t in back["token_times_s"]] == [r["tokens"] for r in TIMELINES]
+
+
+def vllm_peaks(timelines, start=lambda r: r["arrival"]):
+    """vLLM's calculate_metrics, by hand: tokens in one-second buckets from the first start (each token at start
+    + TTFT + the ITLs before it, a group's step counting each of its rows), and the most requests in flight."""
+    done = finished(timelines)
+    first = min(start(r) for r in done)
+    buckets = math.ceil(max(r["tokens"][-1] for r in done) - first) + 1
+    per_s = [0] * buckets
+    for r in done:
+        t = start(r) + (r["tokens"][0] - start(r))
+        times = [t]
+        for gap in per_request(r)["itls"]:
+            t += gap
+            times.append(t)
+        for t in times:
+            per_s[int(t - first)] += r.get("width", 1)
+    events = sorted([(start(r), 1) for r in done] + [(r["tokens"][-1], -1) for r in done])
+    now = peak = 0
+    for _, step in events:
+        now += step
+        peak = max(peak, now)
+    return max(per_s), peak
+
+
+def test_peak_tokens_per_second_and_peak_concurrency_as_vllm_counts_them():
+    result = written()
+    tokens, requests = vllm_peaks(TIMELINES)
+    assert (result["max_output_tokens_per_s"], result["max_concurrent_requests"]) == (tokens, requests)
+    assert tokens == 6 and requests == 1          # the group's three steps of two rows at 40 s; one at a time
+    # Overlapping requests: a second copy of the first request, 0.5 s later, is in flight with it.
+    both = TIMELINES[:1] + [dict(arrival=10.5, tokens=[10.625, 10.75, 11.0, 11.5], output_len=4)]
+    reqs = requests_of(both)
+    result = written(reqs, summary_of(reqs))
+    assert (result["max_output_tokens_per_s"], result["max_concurrent_requests"]) == vllm_peaks(both) == (4, 2)
+
+
+def http_run(cap, rate=2.0, queued=0.5):
+    """REQS as a run against an HTTP server whose client held each request back `queued` s after its arrival."""
+    reqs = REQS.copy()
+    sent = reqs["arrival_s"] + queued
+    reqs["admitted_s"] = sent.where(reqs["admitted_s"].notna())
+    summary = summary_of(reqs, rate=rate) if rate else summary_of(reqs, arrival="offline", rate=None)
+    summary = {**summary, "backend": "http",
+               "metadata": {**TEST_METADATA, "config": {**TEST_METADATA["config"],
+                                                        "backend": {"name": "http", "max_concurrency": cap}}}}
+    return reqs, summary
+
+
+def test_an_http_run_counts_from_the_send_and_reports_the_client_queue_apart():
+    reqs, summary = http_run(cap=2)
+    result = written(reqs, summary)
+    plain = written()
+    assert result["max_concurrency"] == 2 and result["endpoint_type"] == "http"
+    for i, r in enumerate(TIMELINES):
+        if r in finished(TIMELINES):
+            assert result["ttfts"][i] == pytest.approx(plain["ttfts"][i] - 0.5)
+            assert result["latencies"][i] == pytest.approx(plain["latencies"][i] - 0.5)
+            assert result["start_times"][i] == r["arrival"] + 0.5 and result["queue_times"][i] == 0.5
+    never_sent = 5                                  # rejected before it was sent: it starts at its arrival
+    assert (result["start_times"][never_sent], result["queue_times"][never_sent]) == (50.0, 0.0)
+    assert result["mean_ttft_ms"] == pytest.approx(plain["mean_ttft_ms"] - 500)
+    assert result["mean_tpot_ms"] == pytest.approx(plain["mean_tpot_ms"])          # TPOT and ITLs: no shift
+    assert result["mean_itl_ms"] == pytest.approx(plain["mean_itl_ms"])
+    assert result["mean_client_queue_time_ms"] == pytest.approx(500)
+    assert result["mean_e2el_including_client_queue_ms"] == pytest.approx(plain["mean_e2el_ms"])
+    # No cap: no client-queue statistics (vLLM adds them only with --max-concurrency); at rate inf, no e2el
+    # including the queue.
+    assert "mean_client_queue_time_ms" not in written(*http_run(cap=None))
+    offline = written(*http_run(cap=2, rate=None))
+    assert "p99_client_queue_time_ms" in offline and "mean_e2el_including_client_queue_ms" not in offline
+
+
+def test_a_failed_request_names_its_error():
+    reqs = REQS.copy()
+    reqs.loc[5, "status"] = "failed"
+    reqs.loc[5, "rejected_reason"] = "HTTP 503: stopping"
+    assert written(reqs)["errors"][5] == "HTTP 503: stopping"
