@@ -16,6 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+# A checkout (pyproject.toml beside this file) keeps its outputs in its own outputs/; an installed pagedbench
+# (`pip install .`: ROOT is site-packages) writes them under the directory it is run from, as Hydra's runs do.
+CHECKOUT = (ROOT / "pyproject.toml").is_file()
 CONF = ROOT / "conf"
 DATA = ROOT / "data"
 TRACES = DATA / "traces"
@@ -27,6 +30,6 @@ REPORT = DOCS / "REPORT.md"
 README = ROOT / "README.md"
 REPORT_SOURCES = DOCS / "report"   # what the report is built from: its steps (steps.yaml) and templates/
 FIGURES = DOCS / "figures"
-OUTPUTS = ROOT / "outputs"
+OUTPUTS = ROOT / "outputs" if CHECKOUT else Path.cwd() / "outputs"
 EXPERIMENTS = OUTPUTS / "experiments"
 TEST_DATA = ROOT / "tests" / "data"   # the test suite's small input files

@@ -55,7 +55,8 @@ tokens as it has rows in `max_output_tokens_per_s`; `endpoint_type` and
 transformers, http); `label` is the engine's label (or the peer's);
 `max_concurrency` is `backend.max_concurrency` of an HTTP run, null
 otherwise (the engine's `max_num_seqs` caps the batch, not the client);
-`rtfx` is 0.0 (no audio); `tokenizer_id` is the trace's tokenizer when the
+`rtfx` is 0.0 (no audio); `model_id` is the model a peer served
+(`served_model`), else the run's model; `tokenizer_id` is the trace's tokenizer when the
 run's config names one, else the model. The run's setting goes after
 `num_prompts`, as vLLM's `--metadata KEY=VALUE` puts it: `engine`,
 `block_size`, `workload`, `seed`, `code_version`, with their JSON types
@@ -214,7 +215,7 @@ def vllm_result(requests: pd.DataFrame, summary: dict, detailed: bool = True) ->
         "endpoint_type": summary.get("backend"),
         "backend": summary.get("backend"),
         "label": summary.get("engine"),
-        "model_id": summary.get("model"),
+        "model_id": summary.get("served_model") or summary.get("model"),
         "tokenizer_id": (config.get("workload") or {}).get("tokenizer") or summary.get("model"),
         "num_prompts": int(len(reqs)),
         "engine": summary.get("engine"),

@@ -228,7 +228,7 @@ def http_run(cap, rate=2.0, queued=0.5):
     sent = reqs["arrival_s"] + queued
     reqs["admitted_s"] = sent.where(reqs["admitted_s"].notna())
     summary = summary_of(reqs, rate=rate) if rate else summary_of(reqs, arrival="offline", rate=None)
-    summary = {**summary, "backend": "http",
+    summary = {**summary, "backend": "http", "served_model": "org/served-13b",
                "metadata": {**TEST_METADATA, "config": {**TEST_METADATA["config"],
                                                         "backend": {"name": "http", "max_concurrency": cap}}}}
     return reqs, summary
@@ -239,6 +239,7 @@ def test_an_http_run_counts_from_the_send_and_reports_the_client_queue_apart():
     result = written(reqs, summary)
     plain = written()
     assert result["max_concurrency"] == 2 and result["endpoint_type"] == "http"
+    assert result["model_id"] == "org/served-13b"       # what the server was asked for, not the config's model
     for i, r in enumerate(TIMELINES):
         if r in finished(TIMELINES):
             assert result["ttfts"][i] == pytest.approx(plain["ttfts"][i] - 0.5)
