@@ -4,7 +4,8 @@ libraries, the command line and the date. Every summary, table and wandb run car
 `code_version` names the code exactly enough to tell two runs apart: the commit, and for a dirty tree a
 hash of its uncommitted changes (`abc123def456+dirty.1f2e3d4c`); outside a git checkout, the package
 version. `result_code` is the hash of the code and data the numbers depend on (results/record/result_code.py):
-two runs of one config with the same `result_code` give the same result, whatever else their commits changed.
+two runs of one config with the same `result_code` give the same result, whatever else their commits changed;
+`result_scope` is the scope that code covers (all, or sim in the report's sim steps).
 Reading them costs a few git calls, once per process.
 """
 from __future__ import annotations
@@ -20,7 +21,7 @@ import subprocess
 import sys
 
 from paths import ROOT
-from results.record.result_code import result_code
+from results.record.result_code import result_code, scope_of_environment
 
 SCHEMA_VERSION = 2          # the summary's layout: 2 adds this metadata block and run identity
 LIBRARIES = ("torch", "triton", "transformers", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "wandb")
@@ -48,7 +49,8 @@ def code() -> dict:
     commit = (_git("rev-parse", "HEAD") or "").strip() or None
     if commit is None:
         return {"package_version": package, "git_commit": None, "git_dirty": None,
-                "code_version": f"pagedbench-{package}", "result_code": result_code()}
+                "code_version": f"pagedbench-{package}", "result_code": result_code(),
+                "result_scope": scope_of_environment()}
     status = _git("status", "--porcelain", "--untracked-files=no") or ""
     dirty = bool(status.strip())
     version = commit[:12]
@@ -56,7 +58,7 @@ def code() -> dict:
         diff = _git("diff", "HEAD") or ""
         version += "+dirty." + hashlib.sha256(diff.encode()).hexdigest()[:8]
     return {"package_version": package, "git_commit": commit, "git_dirty": dirty, "code_version": version,
-            "result_code": result_code()}
+            "result_code": result_code(), "result_scope": scope_of_environment()}
 
 
 def _cpu_model() -> str:

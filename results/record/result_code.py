@@ -8,6 +8,15 @@ test or the README leaves this hash as it was, so a record made before it still 
 a commit that changes any of them makes every record before it stale.
 
     python -m results.record.result_code          # prints the hash of this checkout, and what it covers
+    python -m results.record.result_code --scope sim   # the hash of what a run of the simulated backend runs
+
+A scope narrows the hash to what one kind of run can execute. `sim` leaves out the files no run of the
+simulated backend imports (`SIM_UNUSED`: the real backend, the server, the kernels, the HTTP and
+transformers peers, the studies the report's sim steps do not run; tests/results/test_result_scope.py
+checks each against what sim runs import), so that a change to the server leaves the sim's records
+current. A run records the code of the scope it ran under: `all` unless the environment variable
+PAGEDBENCH_RESULT_SCOPE names another (the report's build sets it for its sim steps, docs/report/steps.yaml
+`code: sim`). A record at the `all` code of this checkout is current in every scope.
 
 The hash is over each file's path and bytes as they are on disk (uncommitted changes included: a dirty tree
 has its own hash), in a git checkout the files git tracks or would track under these paths, elsewhere every
@@ -15,8 +24,10 @@ file under them but caches.
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import hashlib
+import os
 from pathlib import Path
 import subprocess
 import sys
@@ -26,6 +37,16 @@ from paths import ROOT
 RESULT_PATHS = ("engines", "workloads", "kernels", "conf", "hydra_plugins", "data/traces", "data/profiles",
                 "results/record/summary.py", "results/sweeps/capacity.py", "results/sweeps/sustainable.py",
                 "run.py", "studies")
+# Under RESULT_PATHS, what no run of the simulated backend imports (a folder or a file).
+SIM_UNUSED = ("engines/real", "engines/serving", "kernels", "engines/peers/http_client.py",
+              "engines/peers/http_config.py", "engines/peers/server_process.py", "engines/peers/sse.py",
+              "engines/peers/transformers_cb.py", "engines/peers/transformers_config.py", "studies/beam_check.py",
+              "studies/calibration.py", "studies/fit.py", "studies/hf_generate.py", "studies/kernel_bench.py",
+              "studies/memory_plan.py", "studies/peers.py", "studies/profile.py", "studies/quiet_steps.py",
+              "studies/replay.py", "studies/replay_compare.py", "studies/replay_runs.py", "studies/row_log.py",
+              "studies/swap_bench.py", "studies/swap_cost.py")
+SCOPES = {"all": (), "sim": SIM_UNUSED}      # scope -> what it leaves out of RESULT_PATHS
+SCOPE_ENV = "PAGEDBENCH_RESULT_SCOPE"
 LENGTH = 12      # hex digits shown and stored: 48 bits, plenty to tell a few hundred code states apart
 SKIPPED_PARTS = ("__pycache__",)
 
@@ -52,34 +73,67 @@ def _walked_files(root: Path, paths: tuple[str, ...]) -> list[str]:
     return sorted(set(names))
 
 
-def files(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS) -> list[str]:
-    """The files the hash covers, relative to `root`, sorted (a deleted but still tracked file is left out)."""
+def _outside(name: str, left_out: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + "/") for p in left_out)
+
+
+def files(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS, scope: str = "all") -> list[str]:
+    """The files the hash covers, relative to `root`, sorted (a deleted but still tracked file is left out); in
+    `scope`, without what it leaves out."""
     root = Path(root)
     names = _git_files(root, paths)
     if names is None:
         names = _walked_files(root, paths)
-    return [n for n in names if (root / n).is_file()]
+    left_out = SCOPES[scope]
+    return [n for n in names if (root / n).is_file() and not _outside(n, left_out)]
 
 
-def digest(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS) -> str:
-    """The hash of `files(root, paths)`: each one's path and bytes, in order."""
+def digest(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS, scope: str = "all") -> str:
+    """The hash of `files(root, paths, scope)`: each one's path and bytes, in order."""
     h = hashlib.sha256()
-    for name in files(root, paths):
+    for name in files(root, paths, scope):
         data = (Path(root) / name).read_bytes()
         h.update(name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
     return h.hexdigest()[:LENGTH]
 
 
+def scope_codes(root: Path = ROOT) -> dict[str, str]:
+    """The hash of `root` in every scope: {"all": ..., "sim": ...}."""
+    return {scope: digest(root, scope=scope) for scope in SCOPES}
+
+
+def scope_of_environment() -> str:
+    """The scope PAGEDBENCH_RESULT_SCOPE names ("all" when unset)."""
+    scope = os.environ.get(SCOPE_ENV) or "all"
+    if scope not in SCOPES:
+        raise ValueError(f"{SCOPE_ENV}={scope!r}: the scopes are {', '.join(SCOPES)}")
+    return scope
+
+
 @functools.cache
-def result_code() -> str:
-    """This checkout's hash, read once per process."""
-    return digest()
+def _code(scope: str) -> str:
+    return digest(scope=scope)
 
 
-def main() -> int:
-    names = files()
-    print(result_code(), flush=True)
-    print(f"over {len(names)} files under {', '.join(RESULT_PATHS)}", file=sys.stderr)
+def result_code(scope: str | None = None) -> str:
+    """This checkout's hash in `scope` (default: the environment's, `scope_of_environment`), read once per
+    process."""
+    scope = scope_of_environment() if scope is None else scope
+    if scope not in SCOPES:
+        raise ValueError(f"unknown result scope {scope!r}: the scopes are {', '.join(SCOPES)}")
+    return _code(scope)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m results.record.result_code",
+                                     description="The hash of the code and data results depend on.")
+    parser.add_argument("--scope", choices=list(SCOPES), default="all",
+                        help="all: every file below; sim: without what no sim run imports")
+    args = parser.parse_args(argv)
+    names = files(scope=args.scope)
+    print(result_code(args.scope), flush=True)
+    left_out = f", less {len(SCOPES[args.scope])} paths no sim run imports" if SCOPES[args.scope] else ""
+    print(f"over {len(names)} files under {', '.join(RESULT_PATHS)}{left_out}", file=sys.stderr)
     return 0
 
 

@@ -8,10 +8,14 @@
     python -m results.report.build --steps capacity,chat   # only these steps, then render
 
 Each step's records go to one folder under the records' root (`results.report.steps`). A step is skipped
-when its folder's stamp says it finished with the same command at this checkout's result-affecting code
-(`python -m results.record.result_code`); a folder made by another command or other code is moved aside to
-ROOT/stale/ first (nothing is deleted), so every record the report reads was made by this code; the build
-stops if that code changes while it runs (an edit would leave records of two codes). The untimed
+when its folder's stamp says it finished with the same command at this checkout's result-affecting code in
+the step's scope (`python -m results.record.result_code --scope sim` for a sim step, whose runs are made
+with PAGEDBENCH_RESULT_SCOPE=sim; the whole code for the others); a folder made by another command or other
+code is moved aside to ROOT/stale/ first (nothing is deleted), so every record the report reads was made by
+this code; a step fails if its scope's code changes while it runs, and the build stops before a step whose
+scope's code changed since the build began (an edit would leave records of two codes). A change outside
+the sim's scope (the server, the real backend) thus leaves the sim's records current, and the sim steps can
+be rebuilt while such a change is being made. The untimed
 steps (the sim's sweeps and studies) run first, then the timed ones (the real backend on this CPU, the
 peers, the swap benchmark) one at a time, nothing else of the build running beside them. A failed step is
 reported with the end of its log and the build goes on: the report then holds the sections that have
@@ -34,7 +38,7 @@ import time
 
 from paths import OUTPUTS, REPORT, ROOT
 from results.record import provenance
-from results.record.result_code import digest, result_code
+from results.record.result_code import SCOPE_ENV, digest, scope_codes
 from results.record.store import atomic_write
 from results.report.section import shown
 from results.report.steps import Step, load_steps, read_stamp, write_stamp
@@ -102,7 +106,8 @@ def run_step(step: Step, root: Path, quick: bool, code: str, jobs: int | None = 
     folder.mkdir(parents=True, exist_ok=True)
     argv = step.argv(root, quick, sys.executable)
     extra = sweep_args(step, jobs, launcher)
-    env = {**os.environ, "PYTHONUNBUFFERED": "true"}      # any non-empty value: the log is written as it goes
+    # PYTHONUNBUFFERED: any non-empty value writes the log as it goes; the scope: the code its runs record.
+    env = {**os.environ, "PYTHONUNBUFFERED": "true", SCOPE_ENV: step.code}
     start = time.perf_counter()
     with open(folder / LOG, "w") as log:
         log.write(f"$ {' '.join(argv + extra)}\n")
@@ -113,7 +118,8 @@ def run_step(step: Step, root: Path, quick: bool, code: str, jobs: int | None = 
     code_info = provenance.code()
     stamp = {"step": step.name, "section": step.section, "command": stamped_command(step, root, quick),
              "launcher": extra, "ok": ok,
-             "returncode": done.returncode, "result_code": code, "git_commit": code_info["git_commit"],
+             "returncode": done.returncode, "result_code": code, "result_scope": step.code,
+             "git_commit": code_info["git_commit"],
              "code_version": code_info["code_version"], "quick": quick, "timed": step.timed, "wall_s": round(wall, 1),
              "finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     write_stamp(folder, stamp)
@@ -172,7 +178,7 @@ def render(root: Path, out: Path, complete_or_fail: bool = False) -> int:
         after_shipped_report(root)
     if not complete_or_fail:
         return 0
-    stale = stale_sections(report.text, result_code())
+    stale = stale_sections(report.text, scope_codes())
     for s in stale:
         print(f"error: stale records: {s}", file=sys.stderr)
     if report.not_run:
@@ -210,24 +216,26 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: unknown steps {', '.join(unknown)}; the steps are {', '.join(s.name for s in steps)}",
                   file=sys.stderr)
             return 2
-    code = result_code()
+    codes = scope_codes()
     if args.list:
         for step in steps:
-            state = "current" if is_current(step, root, args.quick, code) else "to run"
-            print(f"{step.name:<24} {'timed' if step.timed else 'sim':<6} {state:<8} {step.shown(root, args.quick)}")
+            state = "current" if is_current(step, root, args.quick, codes[step.code]) else "to run"
+            kind = f"{'timed' if step.timed else 'untimed'}, {step.code}"
+            print(f"{step.name:<24} {kind:<13} {state:<8} {step.shown(root, args.quick)}")
         return 0
     chosen = [s for s in order(steps) if not args.steps or s.name in names]
-    print(f"result-affecting code {code}; records under {shown(root)}; {len(chosen)} steps"
+    print(f"result-affecting code {codes['all']} (the sim's steps: {codes['sim']}); records under {shown(root)}; "
+          f"{len(chosen)} steps"
           + (" (quick)" if args.quick else ""), flush=True)
     results, failed = [], []
     launcher = args.launcher or ("basic" if args.quick and not args.jobs else None)   # tiny runs: no process pool
     for i, step in enumerate([] if args.render_only else chosen, 1):
         label = f"[{i}/{len(chosen)}] {step.name}"
-        now = digest()
+        code, now = codes[step.code], digest(scope=step.code)
         if now != code:   # an edit under engines/, conf/, ... while building: records would mix two codes
-            print(f"error: the result-affecting code changed during the build ({code} -> {now}); the steps "
-                  f"left ({', '.join(s.name for s in chosen[i - 1:])}) were not run: run the build again",
-                  file=sys.stderr)
+            print(f"error: the result-affecting code ({step.code}) changed during the build ({code} -> {now}); "
+                  f"the steps left ({', '.join(s.name for s in chosen[i - 1:])}) were not run: run the build "
+                  f"again", file=sys.stderr)
             failed.append(step.name)
             break
         if is_current(step, root, args.quick, code):
@@ -240,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label}: records of other code or another command moved to {shown(moved)}", flush=True)
         print(f"{label}: {step.shown(root, args.quick)}", flush=True)
         stamp = run_step(step, root, args.quick, code, args.jobs, launcher)
-        if stamp["ok"] and digest() != code:   # changed while it ran: its runs may be of either code
+        if stamp["ok"] and digest(scope=step.code) != code:   # changed while it ran: runs of either code
             stamp = {**stamp, "ok": False, "error": "the result-affecting code changed while the step ran"}
             write_stamp(step.folder(root), stamp)
         results.append({**stamp, "status": "ran" if stamp["ok"] else "failed"})
@@ -251,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     if results:
         print("\n" + times_table(results))
         atomic_write(root / "build.json", lambda tmp: Path(tmp).write_text(json.dumps(
-            {"result_code": code, "quick": args.quick, "steps": results}, indent=2) + "\n"))
+            {"result_code": codes["all"], "result_codes": codes, "quick": args.quick, "steps": results},
+            indent=2) + "\n"))
     if failed:
         print(f"failed steps: {', '.join(failed)} (each one's log: its folder's {LOG})", file=sys.stderr)
     start = time.perf_counter()

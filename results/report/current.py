@@ -5,7 +5,8 @@
 
 The report ends with "Records behind this report": one row per step of the build, the result code that made
 its records and whether it was the code that rendered it. A report is current when every row's code is this
-checkout's (`python -m results.record.result_code`) and every step of the build has a row; otherwise each
+checkout's in the row's step's scope (`python -m results.record.result_code [--scope sim]`; a row at this
+checkout's whole code is current in any scope) and every step of the build has a row; otherwise each
 stale or missing row names its section and the command that rebuilds it. An engine fix thus lands with its re-run, or this check (a test of the suite) says
 which parts of the shipped report it leaves behind.
 """
@@ -17,7 +18,7 @@ from pathlib import Path
 import sys
 
 from paths import REPORT
-from results.record.result_code import result_code
+from results.record.result_code import scope_codes
 from results.report.steps import Step, load_steps
 
 RECORDS_HEADING = "## Records behind this report"
@@ -48,12 +49,16 @@ def records_rows(text: str) -> list[list[str]]:
     return [r for r in rows if len(r) >= 6]
 
 
-def stale_sections(text: str, code: str) -> list[Stale]:
-    """Every step of the report `text` whose records are not all of result code `code`."""
+def stale_sections(text: str, codes: dict[str, str], steps: list[Step] | None = None) -> list[Stale]:
+    """Every step of the report `text` whose records are not all of one result code of `codes` (scope -> code,
+    `scope_codes()`): its step's scope's (docs/report/steps.yaml `code`; a step the file no longer has: all)
+    or the whole code's."""
+    scope = {s.name: s.code for s in (steps if steps is not None else load_steps())}
     stale = []
-    for step, section, _runs, codes, _commits, *_ in records_rows(text):
-        if [c.strip() for c in codes.split(",")] != [code]:
-            stale.append(Stale(step, section, codes, f"python -m results.report.build --steps {step}"))
+    for step, section, _runs, made, _commits, *_ in records_rows(text):
+        made_by = [c.strip() for c in made.split(",")]
+        if made_by not in ([codes[scope.get(step, "all")]], [codes["all"]]):
+            stale.append(Stale(step, section, made, f"python -m results.report.build --steps {step}"))
     return stale
 
 
@@ -69,10 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m results.report.current", description=__doc__.splitlines()[0])
     parser.add_argument("report", nargs="?", type=Path, default=REPORT)
     args = parser.parse_args(argv)
-    code = result_code()
+    codes = scope_codes()
     try:
         text = args.report.read_text()
-        stale, missing = stale_sections(text, code), missing_steps(text)
+        stale, missing = stale_sections(text, codes), missing_steps(text)
     except (OSError, ValueError) as err:
         print(f"error: {args.report}: {err}", file=sys.stderr)
         return 2
@@ -81,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in missing:
         print(f"no records: {s}")
     verdict = "current" if not stale and not missing else f"{len(stale)} steps stale, {len(missing)} without records"
-    print(f"{args.report}: {verdict} at result code {code}")
+    print(f"{args.report}: {verdict} at result code {codes['all']} (the sim's steps: {codes['sim']})")
     return 1 if stale or missing else 0
 
 

@@ -5,7 +5,8 @@ A step is one command that makes the records one part of the report reads: an ex
 one folder under a records' root (outputs/ for the report, outputs/report-quick/ for the quick one): a
 `run.py` step's to ROOT/experiments/NAME, any other's to ROOT/NAME. When a step finishes, the runner
 (`results.report.build`) writes the step's stamp, step.json, into that folder: the command, the
-result-affecting code it ran at, the commit, how long it took. The report reads the stamps to say which
+result-affecting code it ran at (in the step's scope, `code`: sim for the sim's steps, whose records no
+file of the real backend, the server or the kernels can change), the commit, how long it took. The report reads the stamps to say which
 code made each section, and the staleness check compares them with this checkout's result code.
 """
 from __future__ import annotations
@@ -19,6 +20,7 @@ import shlex
 import yaml
 
 from paths import REPORT_SOURCES
+from results.record.result_code import SCOPES
 from results.record.store import atomic_write
 
 STEPS_FILE = REPORT_SOURCES / "steps.yaml"
@@ -39,6 +41,7 @@ class Step:
     quick_command: tuple[str, ...] | None = None
     timed: bool = False
     title: str = ""
+    code: str = "all"   # the result scope its records depend on (results/record/result_code.py): all, or sim
 
     @property
     def is_sweep(self) -> bool:
@@ -94,9 +97,12 @@ def _parse(path: Path) -> list[Step]:
                         quick=tuple(str(a) for a in entry.get("quick") or ()),
                         quick_command=(tuple(str(a) for a in entry["quick_command"])
                                        if entry.get("quick_command") else None),
-                        timed=bool(entry.get("timed", False)), title=str(entry.get("title") or entry["name"]))
+                        timed=bool(entry.get("timed", False)), title=str(entry.get("title") or entry["name"]),
+                        code=str(entry.get("code", "all")))
         except (KeyError, TypeError) as err:
             raise ValueError(f"{path}: step {i + 1} lacks {err} (each step needs name, section and command)") from None
+        if step.code not in SCOPES:
+            raise ValueError(f"{path}: step {step.name} has code {step.code!r}; the scopes are {', '.join(SCOPES)}")
         if step.name in seen:
             raise ValueError(f"{path}: two steps are named {step.name}")
         seen.add(step.name)

@@ -33,7 +33,7 @@ from results.report.sharing import section_chat, section_prefix, section_real_sh
 from results.report.swapping import section_swap
 from results.record.store import atomic_write
 from results.record import provenance
-from results.record.result_code import result_code
+from results.record.result_code import scope_codes
 from results.sweeps.collect import code_versions, collect, mixed_code_note
 from results.report.paper_sections import (section_batch, section_blocks, section_capacity, section_memory,
                                            section_method, section_table1)
@@ -87,14 +87,15 @@ def made_by() -> str:
     """The report's first line after its title: the commit that rendered it and its result-affecting code."""
     code = provenance.code()
     commit = code["git_commit"][:12] if code["git_commit"] else code["code_version"]
-    return render("write_made_by.md.j2", commit=commit, dirty=code["git_dirty"], code=result_code())
+    return render("write_made_by.md.j2", commit=commit, dirty=code["git_dirty"], codes=scope_codes())
 
 
 def step_records(root: Path, steps: list[Step] | None = None) -> list[dict]:
     """One entry per step of the build whose folder exists under the records' root `root`: its section, how many
     runs it holds (a sweep's finished runs; else None), the result codes and commits that made them (the
-    stamp's, and a sweep's runs'), and whether they are all this checkout's result code."""
-    here, entries = result_code(), []
+    stamp's, and a sweep's runs'), and whether they are all this checkout's result code in the step's scope (or
+    its whole code)."""
+    here, entries = scope_codes(), []
     for step in steps if steps is not None else load_steps():
         folder = step.folder(root)
         if not folder.is_dir():
@@ -110,7 +111,8 @@ def step_records(root: Path, steps: list[Step] | None = None) -> list[dict]:
             commits |= {str(c)[:12] for c in df.get("git_commit", []) if isinstance(c, str)}
         entries.append({"step": step.name, "section": step.section, "runs": runs, "codes": sorted(codes),
                         "commits": sorted(commits), "stamped": bool(stamp and stamp.get("ok")),
-                        "current": bool(stamp and stamp.get("ok")) and codes == {here},
+                        "current": bool(stamp and stamp.get("ok")) and codes in ({here[step.code]}, {here["all"]}),
+                        "scope": step.code,
                         "command": f"python -m results.report.build --steps {step.name}"})
     return entries
 
@@ -121,7 +123,7 @@ def records_table(root: Path, steps: list[Step] | None = None, entries: list[dic
     entries = step_records(root, steps) if entries is None else entries
     if not entries:
         return ""
-    return render("write_records.md.j2", entries=entries, code=result_code())
+    return render("write_records.md.j2", entries=entries, codes=scope_codes())
 
 
 def provenance_line(heading: str, entries: list[dict]) -> str:

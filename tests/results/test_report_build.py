@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from paths import ROOT
-from results.record.result_code import RESULT_PATHS, digest, files, result_code
+from results.record.result_code import RESULT_PATHS, digest, files, result_code, scope_codes
 from results.report import build, current, write
 from results.report.steps import Step, load_steps, read_stamp, write_stamp
 
@@ -109,25 +109,27 @@ def test_the_build_runs_only_the_steps_named_and_renders_what_it_has(tmp_path, c
     assert "no part of the report has runs" in capsys.readouterr().err
 
 
-def report_with_records(tmp_path: Path, code: str) -> str:
-    """A rendered report over one stamped step made at result code `code`."""
-    step = next(s for s in load_steps() if s.name == "beam_persistence")
+def report_with_records(tmp_path: Path, code: str, name: str = "beam_persistence") -> str:
+    """A rendered report over one stamped step (a sim step by default) made at result code `code`."""
+    step = next(s for s in load_steps() if s.name == name)
     folder = step.folder(tmp_path)
     folder.mkdir(parents=True)
     write_stamp(folder, {"ok": True, "result_code": code, "git_commit": "c" * 40})
-    return "# R\n\n## Parallel sampling and beam search (Figures 14-15)\n\ntext\n\n" + write.records_table(tmp_path)
+    return f"# R\n\n## {step.section}\n\ntext\n\n" + write.records_table(tmp_path)
 
 
 def test_a_report_made_by_this_code_is_current_and_one_made_by_other_code_names_its_sections(tmp_path):
-    here = result_code()
+    codes = scope_codes()
+    here = codes["sim"]                       # beam_persistence is a sim step: its runs record the sim's scope
     text = report_with_records(tmp_path, here)
-    assert "| beam_persistence | Parallel sampling | - | " + here in text and text.rstrip().endswith("| yes |")
-    assert current.stale_sections(text, here) == []
-    stale = current.stale_sections(text, "0" * 12)
+    assert "| beam_persistence | Parallel sampling | - | " + here in text and text.rstrip().endswith("| yes | sim |")
+    assert current.stale_sections(text, codes) == []
+    assert current.stale_sections(report_with_records(tmp_path / "whole", codes["all"]), codes) == []
+    stale = current.stale_sections(text, {"all": "0" * 12, "sim": "1" * 12})
     assert [(s.step, s.section) for s in stale] == [("beam_persistence", "Parallel sampling")]
     assert "python -m results.report.build --steps beam_persistence" in str(stale[0])
     with pytest.raises(ValueError, match="no \"Records behind this report\" section"):
-        current.stale_sections("# R\n\n## Method\n", here)
+        current.stale_sections("# R\n\n## Method\n", codes)
     listed = {"beam_persistence"}
     missing = current.missing_steps(text)
     assert {s.step for s in missing} == {s.name for s in load_steps()} - listed
@@ -142,17 +144,33 @@ def test_an_engine_edit_makes_the_report_stale(tmp_path):
     for name in files(ROOT):
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / name, copy / name)
-    here = digest(copy, RESULT_PATHS)
-    assert here == result_code()
-    text = report_with_records(tmp_path / "records", here)
-    assert current.stale_sections(text, digest(copy, RESULT_PATHS)) == []
+    here = scope_codes(copy)
+    assert here == scope_codes() and here["all"] == digest(copy, RESULT_PATHS) == result_code()
+    text = report_with_records(tmp_path / "records", here["sim"])
+    assert current.stale_sections(text, scope_codes(copy)) == []
     engine = copy / "engines" / "kv" / "paged.py"
-    if not engine.is_file():
-        engine = next(p for p in sorted((copy / "engines").rglob("*.py")))
     engine.write_text(engine.read_text() + "\n# an engine fix\n")
-    edited = digest(copy, RESULT_PATHS)
-    assert edited != here
+    edited = scope_codes(copy)
+    assert edited["sim"] != here["sim"] and edited["all"] != here["all"]
     assert [s.section for s in current.stale_sections(text, edited)] == ["Parallel sampling"]
+
+
+def test_a_server_edit_leaves_the_sim_steps_current_and_makes_the_timed_ones_stale(tmp_path):
+    """The server is outside the sim's scope: the sim's records stay this code's, the peers' do not."""
+    copy = tmp_path / "copy"
+    for name in files(ROOT):
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ROOT / name, copy / name)
+    here = scope_codes(copy)
+    sim = report_with_records(tmp_path / "sim", here["sim"])
+    peers = report_with_records(tmp_path / "peers", here["all"], name="peers")
+    assert current.stale_sections(sim, here) == current.stale_sections(peers, here) == []
+    server = copy / "engines" / "serving" / "openai_server.py"
+    server.write_text(server.read_text() + "\n# a server fix\n")
+    edited = scope_codes(copy)
+    assert edited["sim"] == here["sim"] and edited["all"] != here["all"]
+    assert current.stale_sections(sim, edited) == []
+    assert [s.step for s in current.stale_sections(peers, edited)] == ["peers"]
 
 
 def test_the_section_says_which_records_made_it(tmp_path):
@@ -182,20 +200,46 @@ def test_the_quick_build_fails_while_a_part_has_no_records_or_a_section_is_stale
 
 def test_the_build_stops_when_the_result_affecting_code_changes_under_it(tmp_path, monkeypatch, capsys):
     """An edit under engines/ while the build runs would leave records of two codes: no step runs after it."""
-    monkeypatch.setattr(build, "digest", lambda: "0123456789ab")
+    monkeypatch.setattr(build, "digest", lambda scope="all": "0123456789ab")
     monkeypatch.setattr(build, "run_step", lambda *a, **k: pytest.fail("a step ran on changed code"))
     assert build.main(["--root", str(tmp_path), "--steps", "beam_persistence,beam_check"]) == 1
     err = capsys.readouterr().err
-    assert "the result-affecting code changed during the build" in err and "beam_persistence, beam_check" in err
+    assert "the result-affecting code (sim) changed during the build" in err and "beam_persistence, beam_check" in err
 
 
 def test_a_step_during_which_the_code_changed_is_not_current(tmp_path, monkeypatch, capsys):
     step, code = fake_step(tmp_path), result_code()
     codes = iter([code, "0123456789ab", "0123456789ab"])   # before the step, after it, before the next
-    monkeypatch.setattr(build, "digest", lambda: next(codes))
+    monkeypatch.setattr(build, "digest", lambda scope="all": next(codes))
     monkeypatch.setattr(build, "load_steps", lambda: [step, Step("other", "Figure 2", ("python", "x.py"))])
     assert build.main(["--root", str(tmp_path)]) == 1
     stamp = read_stamp(step.folder(tmp_path))
     assert not stamp["ok"] and "changed while the step ran" in stamp["error"]
     assert not build.is_current(step, tmp_path, False, code)
     assert "steps left (other) were not run" in capsys.readouterr().err
+
+
+def test_a_change_outside_the_sim_scope_stops_only_the_steps_of_the_whole_code(tmp_path, monkeypatch, capsys):
+    """The server edited mid-build: the sim's steps (their scope unchanged) go on, the others do not run."""
+    here = scope_codes()
+    monkeypatch.setattr(build, "digest", lambda scope="all": here["sim"] if scope == "sim" else "0123456789ab")
+    ran = []
+
+    def run_step(step, root, quick, code, *args):
+        ran.append((step.name, code))
+        return {"step": step.name, "section": step.section, "ok": True, "wall_s": 0.0, "result_code": code}
+
+    monkeypatch.setattr(build, "run_step", run_step)
+    assert build.main(["--root", str(tmp_path), "--steps", "beam_persistence,beam_check"]) == 1
+    assert ran == [("beam_persistence", here["sim"])]
+    assert "the result-affecting code (all) changed during the build" in capsys.readouterr().err
+
+
+def test_a_sim_step_runs_with_the_scope_in_its_environment_and_stamps_it(tmp_path):
+    script = tmp_path / "study.py"
+    script.write_text("import os, sys, pathlib\nout = pathlib.Path(sys.argv[2])\nout.mkdir(parents=True, exist_ok=True)\n"
+                      "print('scope', os.environ.get('PAGEDBENCH_RESULT_SCOPE'))\n")
+    step = Step("study", "Figure 2", ("python", str(script), "--out", "{out}"), code="sim")
+    stamp = build.run_step(step, tmp_path, False, scope_codes()["sim"])
+    assert stamp["ok"] and stamp["result_scope"] == "sim" and stamp["result_code"] == scope_codes()["sim"]
+    assert "scope sim" in (step.folder(tmp_path) / build.LOG).read_text()
