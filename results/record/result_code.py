@@ -88,18 +88,32 @@ def files(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS, scope: str =
     return [n for n in names if (root / n).is_file() and not _outside(n, left_out)]
 
 
+def digests(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS) -> dict[str, str]:
+    """The hash of `root` in every scope ({"all": ..., "sim": ...}): each file of `files(root, paths)` is read
+    once and its path and bytes go, in order, into the hash of every scope that keeps it."""
+    hashes = {scope: hashlib.sha256() for scope in SCOPES}
+    for name in files(root, paths):
+        data = (Path(root) / name).read_bytes()
+        entry = name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data
+        for scope, h in hashes.items():
+            if not _outside(name, SCOPES[scope]):
+                h.update(entry)
+    return {scope: h.hexdigest()[:LENGTH] for scope, h in hashes.items()}
+
+
 def digest(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS, scope: str = "all") -> str:
     """The hash of `files(root, paths, scope)`: each one's path and bytes, in order."""
-    h = hashlib.sha256()
-    for name in files(root, paths, scope):
-        data = (Path(root) / name).read_bytes()
-        h.update(name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
-    return h.hexdigest()[:LENGTH]
+    return digests(root, paths)[scope]
+
+
+@functools.cache
+def _codes() -> dict[str, str]:
+    return digests()
 
 
 def scope_codes(root: Path = ROOT) -> dict[str, str]:
-    """The hash of `root` in every scope: {"all": ..., "sim": ...}."""
-    return {scope: digest(root, scope=scope) for scope in SCOPES}
+    """The hash of `root` in every scope: {"all": ..., "sim": ...} (this checkout's read once per process)."""
+    return dict(_codes()) if Path(root) == ROOT else digests(root)
 
 
 def scope_of_environment() -> str:
@@ -110,18 +124,13 @@ def scope_of_environment() -> str:
     return scope
 
 
-@functools.cache
-def _code(scope: str) -> str:
-    return digest(scope=scope)
-
-
 def result_code(scope: str | None = None) -> str:
     """This checkout's hash in `scope` (default: the environment's, `scope_of_environment`), read once per
     process."""
     scope = scope_of_environment() if scope is None else scope
     if scope not in SCOPES:
         raise ValueError(f"unknown result scope {scope!r}: the scopes are {', '.join(SCOPES)}")
-    return _code(scope)
+    return _codes()[scope]
 
 
 def main(argv: list[str] | None = None) -> int:

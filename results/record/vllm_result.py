@@ -199,8 +199,9 @@ def vllm_result(requests: pd.DataFrame, summary: dict, detailed: bool = True) ->
     ttft = lat["ttft_s"].to_numpy(dtype="float64") - queued        # from the send, as vLLM's clock starts
     e2el = lat["e2e_latency_s"].to_numpy(dtype="float64") - queued
     if gaps is not None:
-        itls = ITLs(gaps.pooled(finished), np.bincount(gaps.owner, minlength=len(reqs)) * finished)
-        done_gaps = TokenGaps(gaps.pooled(finished), gaps.owner[finished[gaps.owner]], gaps.num_requests)
+        kept = finished[gaps.owner]                 # the gaps of finished requests, pooled as vLLM pools them
+        done_gaps = TokenGaps(gaps.itl_s[kept], gaps.owner[kept], gaps.num_requests)
+        itls = ITLs(done_gaps.itl_s, np.bincount(gaps.owner, minlength=len(reqs)) * finished)
         first = np.where(finished, reqs["first_token_s"].to_numpy(dtype="float64"), np.nan)
         times = token_times(first, done_gaps)
         rows = width.to_numpy()
