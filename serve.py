@@ -8,16 +8,16 @@ The config is run.py's (the same groups, parsed and checked by `RunConfig.parse`
 backend=real can serve. The server's own settings sit under `serve` (conf/serve.yaml, which composes
 conf/config.yaml and adds them): serve.host (127.0.0.1), serve.port (8000; 0 picks a free one) and
 serve.tokenizer (cl100k_base: a `workloads.tokenizer` spec, for text prompts and the text of generated
-tokens). Once bound it prints one line, "serving <engine> on http://host:port"; SIGTERM or SIGINT (Ctrl-C)
-shut it down cleanly. Hydra's log of the session goes to outputs/serve/, apart from the runs. Endpoints and the stream's format: engines/serving/openai_server.py.
+tokens) and serve.api_key (null; set, every /v1/ request needs `Authorization: Bearer KEY`). Once bound it
+prints one line, "serving <engine> on http://host:port"; SIGTERM or SIGINT (Ctrl-C) end every open stream
+with a reason and shut it down. Hydra's log of the session goes to outputs/serve/, apart from the runs. The
+server (FastAPI under uvicorn), its endpoints and the stream's format: engines/serving/asgi_server.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 import logging
-import signal
 import sys
-import threading
 
 import hydra
 from omegaconf import DictConfig
@@ -33,6 +33,7 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8000                   # 0: a free port, printed once bound
     tokenizer: str = "cl100k_base"     # a workloads.tokenizer spec: a bpe_openai encoding or hf:/local/dir
+    api_key: str | None = None         # set: /v1/ requests need `Authorization: Bearer KEY` (else 401)
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -41,6 +42,8 @@ class ServeConfig:
             raise ValueError(f"serve.port must be an integer in [0, 65535], got {self.port!r}")
         if not isinstance(self.tokenizer, str) or not self.tokenizer:
             raise ValueError(f"serve.tokenizer must be a tokenizer spec, got {self.tokenizer!r}")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
+            raise ValueError("serve.api_key must be null or a non-empty string")
 
     @classmethod
     def from_dict(cls, d: dict) -> "ServeConfig":
@@ -54,37 +57,30 @@ def refuse(message: str, status: int) -> None:
 
 @hydra.main(version_base=None, config_path="conf", config_name="serve")
 def main(cfg: DictConfig) -> None:
-    from engines.serving.openai_server import OpenAIServer   # torch loads after the config is checked
+    from engines.serving.asgi_server import EngineService, build_app, serve as run_server   # after the checks
 
     if cfg.backend.name != "real":
         refuse(f"serve.py serves the real backend only (backend=real), got backend={cfg.backend.name}", 2)
     try:
-        serve = ServeConfig.from_dict(plain(cfg.serve))
+        settings = ServeConfig.from_dict(plain(cfg.serve))
         rc = RunConfig.parse(cfg)
         backend = rc.build_backend(cfg.gpu_memory_utilization)
-        server = OpenAIServer(backend, rc.model.name, rc.engine.label, serve.tokenizer, serve.host, serve.port,
-                              max_seq_len=rc.limits.max_seq_len)
+        service = EngineService(backend, rc.model.name, rc.engine.label, settings.tokenizer,
+                                max_seq_len=rc.limits.max_seq_len)
     except ValueError as err:          # a bad value in the config: one line, no stack trace
         refuse(str(err), 2)
     log.info("%s", backend.describe())
     log.info("engine %s: %s", rc.engine.label, backend.scheduler.kv.describe())
-    try:
-        server.start()                 # warms the executor up and starts its clock, then binds
+    app = build_app(service, api_key=settings.api_key)
+    try:                               # the engine on this thread (warmed up first), the server on another
+        run_server(app, service, settings.host, settings.port,
+                   on_bound=lambda url: print(f"serving {rc.engine.label} on {url}", flush=True))
     except OSError as err:
-        refuse(f"cannot listen on {serve.host}:{serve.port}: {err}", 1)
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    http = threading.Thread(target=server.serve_forever, name="pagedbench-http", daemon=True)
-    http.start()
-    print(f"serving {rc.engine.label} on http://{serve.host}:{server.port}", flush=True)
-    while not stop.wait(0.5) and server.healthy:
-        pass
-    error = server.engine_error
-    server.shutdown()
-    http.join(timeout=5)
-    if error:
-        refuse(f"the engine stopped: {error}", 1)
+        service.stop()
+        refuse(f"cannot listen on {settings.host}:{settings.port}: {err}", 1)
+    service.stop()
+    if service.engine_error:
+        refuse(f"the engine stopped: {service.engine_error}", 1)
     log.info("server stopped")
 
 

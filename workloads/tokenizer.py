@@ -10,6 +10,7 @@ mtimes) and `.encode(text) -> list[int]` / `.encode_batch(texts)`.
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -18,23 +19,44 @@ HF_PREFIX = "hf:"
 
 class BpeTokenizer:
     """A `bpe_openai` encoding. Text that looks like a special token
-    ("<|endoftext|>") is encoded as plain text, since it is data here."""
+    ("<|endoftext|>") is encoded as plain text, since it is data here.
+
+    Importing `bpe_openai` reads every encoding it ships (about 1.5 s), and a
+    run whose pairs come from the cache (`workloads.cache`) encodes nothing:
+    the package is imported at the first `encode`. A name the package does not
+    ship as a data file is checked at once, so a wrong name still fails here.
+    """
 
     def __init__(self, encoding_name: str) -> None:
-        import bpe_openai
-
-        try:
-            self._encoding = bpe_openai.get_encoding(encoding_name)
-        except Exception as err:  # unknown names, and encodings that need files not shipped offline
-            raise ValueError(f"cannot load bpe_openai encoding {encoding_name!r}: {err}") from err
         self.name = encoding_name
         self.fingerprint = f"bpe_openai:{encoding_name}"
+        self._encoding = None
+        if not _ships_encoding(encoding_name):
+            self._load()
+
+    def _load(self):
+        if self._encoding is None:
+            import bpe_openai
+
+            try:
+                self._encoding = bpe_openai.get_encoding(self.name)
+            except Exception as err:  # unknown names, and encodings that need files not shipped offline
+                raise ValueError(f"cannot load bpe_openai encoding {self.name!r}: {err}") from err
+        return self._encoding
 
     def encode(self, text: str) -> list[int]:
-        return self._encoding.encode_ordinary(text)
+        return self._load().encode_ordinary(text)
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self._encoding.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
+        return self._load().encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)
+
+
+def _ships_encoding(name: str) -> bool:
+    """Whether the installed `bpe_openai` has `name`'s data file (found without importing the package)."""
+    spec = importlib.util.find_spec("bpe_openai")
+    if spec is None or spec.origin is None or not name.replace("_", "").isalnum():
+        return False
+    return (Path(spec.origin).parent / "data" / f"{name}.tiktoken.gz").is_file()
 
 
 class HfTokenizer:

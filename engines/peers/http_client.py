@@ -3,36 +3,44 @@
 `server_info` probes the server first (GET /v1/models: is it up, what does it
 serve, what does its `Server` header say) and raises `EndpointUnreachable`,
 one line, when it cannot be reached at all. `replay_http` then releases each
-request at its trace arrival on the replay's clock, sends it from a thread of
-its own (at most `max_concurrency` in flight, the rest waiting client-side),
-streams the answer and stamps each chunk that carries output. Whatever goes
+request at its trace arrival on the replay's clock from one asyncio event
+loop (httpx's AsyncClient: keep-alive connections, at most
+`max_concurrency` requests in flight, the rest waiting client-side),
+streams the answer and stamps each chunk that carries output. A request's
+`sent_s` is when it left the client: its wait for a free slot under
+`max_concurrency` (sent_s - arrival) is the client's queue, reported apart
+from the server's latency (vllm_result.json's `queue_times`). Warm-up
+requests (`warmup_requests`) go first and are not counted. Whatever goes
 wrong with one request (refused, an error status, a read timeout, a stream
-cut short, an error event) becomes that request's `Measured.error`; the
-replay itself never hangs and never raises for it. Standard library only.
+cut short, an error event) becomes that request's `Measured.error`, never
+retried; the replay itself never hangs and never raises for it.
 """
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 import http.client
 import json
+import logging
 import socket
 import ssl
-import threading
 import time
 from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
 from engines.peers.http_config import ENDPOINTS, HttpBackendConfig
-from engines.peers.sse import DONE, one_line, parse_chunk, read_data, response_lines
+from engines.peers.sse import DONE, aread_data, one_line, parse_chunk
 from engines.peers.timeline import Measured
 from workloads.request import Request
 from workloads.tokenizer import BpeTokenizer, HfTokenizer, load_tokenizer
 
 __all__ = ["EndpointUnreachable", "HttpBackendConfig", "replay_http", "server_info"]
 
-HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream", "User-Agent": "pagedbench"}
+HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream", "Accept-Encoding": "identity",
+           "User-Agent": "pagedbench"}      # identity: a stream's chunks are timed as they arrive, not inflated
+KEEPALIVE_EXPIRY_S = 3.0    # below uvicorn's 5 s keep-alive, so an idle connection is dropped here first
+log = logging.getLogger("pagedbench")
 ERROR_BODY_BYTES = 4096     # read of a non-2xx body, of which the error keeps the first 200 characters
 
 
@@ -48,7 +56,8 @@ def server_info(cfg: HttpBackendConfig) -> dict:
     try:
         conn = _connect(cfg)
         phase = "headers"
-        conn.request("GET", cfg.base_path + "/v1/models", headers={"User-Agent": HEADERS["User-Agent"]})
+        conn.request("GET", cfg.base_path + "/v1/models",
+                     headers={k: v for k, v in request_headers(cfg).items() if k != "Content-Type"})
         response = conn.getresponse()
         status, server, body = response.status, response.getheader("Server"), response.read()
     except (OSError, http.client.HTTPException) as err:
@@ -83,91 +92,154 @@ def replay_http(requests: list[Request], cfg: HttpBackendConfig, progress: bool 
                              f"search are not supported over HTTP")
     model = model or cfg.model or server_info(cfg)["model"]
     bodies = _bodies(requests, cfg, model)
-    path = cfg.base_path + ENDPOINTS[cfg.endpoint]
+    return asyncio.run(_replay(requests, bodies, cfg, progress))
+
+
+async def _replay(requests: list[Request], bodies: list[bytes], cfg: HttpBackendConfig,
+                  progress: bool | None) -> tuple[list[Measured], float]:
+    import httpx
+
+    parts = urlsplit(cfg.url)
+    url = f"{parts.scheme}://{parts.netloc}{cfg.base_path}{ENDPOINTS[cfg.endpoint]}"
     measured = [Measured(r) for r in requests]
     order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_s, requests[i].id))
+    gate = asyncio.Semaphore(cfg.max_concurrency) if cfg.max_concurrency else None
+    limits = httpx.Limits(max_connections=cfg.max_concurrency, max_keepalive_connections=cfg.max_concurrency or 256,
+                          keepalive_expiry=KEEPALIVE_EXPIRY_S)
+    timeout = httpx.Timeout(cfg.read_timeout_s, connect=cfg.connect_timeout_s, pool=None)
     bar = tqdm(total=len(requests), unit="req", desc="requests", leave=False,
                disable=None if progress is None else not progress)
-    bar_lock = threading.Lock()
+    async with httpx.AsyncClient(headers=request_headers(cfg), limits=limits, timeout=timeout) as client:
+        for n in range(cfg.warmup_requests if requests else 0):    # not counted: a throwaway Measured each
+            warm = Measured(requests[order[0]])
+            await _send(client, warm, bodies[order[0]], url, cfg, lambda: 0.0)
+            if warm.error is not None:
+                log.warning("warm-up request %d of %d failed: %s", n + 1, cfg.warmup_requests, warm.error)
+        start = time.perf_counter()
 
-    def finished(_future) -> None:
-        with bar_lock:
+        def clock() -> float:
+            """The replay's clock: seconds since the replay started."""
+            return time.perf_counter() - start
+
+        async def one(i: int) -> None:
+            if gate is None:
+                await sent(i)
+            else:
+                async with gate:
+                    await sent(i)
+
+        async def sent(i: int) -> None:
+            measured[i].sent_s = clock()
+            await _send(client, measured[i], bodies[i], url, cfg, clock)
             bar.update(1)
 
-    # One thread per request in flight: the pool grows to max_concurrency (or the whole trace), reusing idle ones.
-    pool = ThreadPoolExecutor(max_workers=cfg.max_concurrency or max(1, len(requests)),
-                              thread_name_prefix="http-replay")
-    start = time.perf_counter()
-
-    def clock() -> float:
-        """The replay's clock, shared by every thread: seconds since the replay started."""
-        return time.perf_counter() - start
-
-    try:
-        for i in order:
-            delay = requests[i].arrival_s - clock()
-            if delay > 0:
-                time.sleep(delay)
-            pool.submit(_send, measured[i], bodies[i], path, cfg, clock).add_done_callback(finished)
-        pool.shutdown(wait=True)
+        tasks = []
+        try:
+            for i in order:
+                delay = requests[i].arrival_s - clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(one(i)))
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            bar.close()
         wall_s = clock()
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    finally:
-        bar.close()
     return sorted(measured, key=lambda m: m.request.id), wall_s
 
 
-def _send(m: Measured, body: bytes, path: str, cfg: HttpBackendConfig, clock: Callable[[], float]) -> None:
+def request_headers(cfg: HttpBackendConfig) -> dict[str, str]:
+    """Every request's headers: ours, `cfg.headers`, and the API key as a bearer token."""
+    headers = {**HEADERS, **cfg.headers}
+    if cfg.api_key:
+        headers["Authorization"] = f"Bearer {cfg.api_key}"
+    return headers
+
+
+async def _send(client, m: Measured, body: bytes, url: str, cfg: HttpBackendConfig,
+                clock: Callable[[], float]) -> None:
     """Send one request and read its stream into `m`; every failure ends as `m.error`, nothing is raised."""
-    m.sent_s = clock()
-    phase, conn, response = "connect", None, None
+    phase = "send"
     try:
-        conn = _connect(cfg)
-        phase = "send"
-        conn.request("POST", path, body=body, headers=HEADERS)
-        phase = "headers"
-        response = conn.getresponse()
-        if not 200 <= response.status < 300:
-            m.error = f"HTTP {response.status}: {one_line(response.read(ERROR_BODY_BYTES))}"
-            return
-        phase = "stream"
-        done, finished, usage, events = False, False, None, 0
-        for data in read_data(response_lines(response)):
-            now = clock()
-            events += 1
-            if data.strip() == DONE:
-                done = True
-                break
-            chunk = parse_chunk(data)
-            if chunk.error is not None:
-                m.error = f"error event: {chunk.error}"
+        async with client.stream("POST", url, content=body) as response:
+            if not 200 <= response.status_code < 300:
+                data = b""
+                async for part in response.aiter_bytes():
+                    data += part
+                    if len(data) >= ERROR_BODY_BYTES:
+                        break
+                m.error = f"HTTP {response.status_code}: {one_line(data[:ERROR_BODY_BYTES])}"
                 return
-            if chunk.usage is not None:
-                usage = chunk.usage
-            finished = finished or chunk.finished
-            if chunk.carries_output:
-                m.token_times_s.append(now)
-        # A stream that ends whole (its last chunk read, not cut) after a finish_reason is complete too:
-        # transformers serve sends no [DONE]. One cut short raised above (IncompleteRead), one that ends
-        # whole with no finish_reason is an error.
-        if not done and not finished:
-            kind = response.getheader("Content-Type", "")
-            m.error = (f"the server did not stream (Content-Type {kind})" if events == 0 and "event-stream" not in kind
-                       else f"stream ended without [DONE] after {len(m.token_times_s)} tokens (server died?)")
-            return
+            phase = "stream"
+            done, finished, usage, events = False, False, None, 0
+            try:
+                async for data in aread_data(response.aiter_bytes()):
+                    if done:            # read to the body's end: a connection is kept alive only when drained
+                        continue
+                    now = clock()
+                    events += 1
+                    if data.strip() == DONE:
+                        done = True
+                        continue
+                    chunk = parse_chunk(data)
+                    if chunk.error is not None:
+                        m.error = f"error event: {chunk.error}"
+                        return
+                    if chunk.usage is not None:
+                        usage = chunk.usage
+                    finished = finished or chunk.finished
+                    if chunk.carries_output:
+                        m.token_times_s.append(now)
+            except Exception:
+                if not done:            # after [DONE] the request is complete: a failed drain only costs the
+                    raise               # connection
+            # A stream that ends whole (its last chunk read, not cut) after a finish_reason is complete too:
+            # transformers serve sends no [DONE]. One cut short raised above, one that ends whole with no
+            # finish_reason is an error.
+            if not done and not finished:
+                kind = response.headers.get("Content-Type", "")
+                m.error = (f"the server did not stream (Content-Type {kind})" if events == 0 and
+                           "event-stream" not in kind
+                           else f"stream ended without [DONE] after {len(m.token_times_s)} tokens (server died?)")
+                return
         usage = usage or {}
         completion, prompt = usage.get("completion_tokens"), usage.get("prompt_tokens")
         m.output_tokens = completion if isinstance(completion, int) else len(m.token_times_s)
         m.prompt_tokens = prompt if isinstance(prompt, int) else None
     except Exception as err:  # noqa: BLE001 - one request's failure is recorded, never raised
-        m.error = _describe(err, phase, cfg, len(m.token_times_s))
-    finally:
-        if response is not None:
-            response.close()
-        if conn is not None:
-            conn.close()
+        m.error = _describe_async(err, phase, cfg, len(m.token_times_s))
+
+
+def _describe_async(err: Exception, phase: str, cfg: HttpBackendConfig, tokens: int) -> str:
+    """One short line for what went wrong with httpx in `phase` (send: before the headers, stream: after)."""
+    import httpx
+
+    after = f" after {tokens} tokens" if phase == "stream" else ""
+    causes, cause = [], err.__cause__ or err.__context__
+    while cause is not None and len(causes) < 8:       # httpx -> httpcore -> OSError -> the socket's error
+        causes.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(err, httpx.ConnectTimeout):
+        return f"connect timeout after {cfg.connect_timeout_s:g} s"
+    if isinstance(err, httpx.ConnectError):
+        text = str(err)
+        if any(isinstance(c, ConnectionRefusedError) for c in causes) or "refused" in text.lower():
+            return "connection refused"
+        if any(isinstance(c, socket.gaierror) for c in causes) or "name or service not known" in text.lower():
+            return f"cannot resolve host {urlsplit(cfg.url).hostname}"
+        return one_line(f"cannot connect: {text}")
+    if isinstance(err, (httpx.ReadTimeout, httpx.WriteTimeout)):
+        return f"read timeout: nothing for {cfg.read_timeout_s:g} s{after}"
+    if isinstance(err, httpx.RemoteProtocolError):
+        if phase == "stream":
+            return f"connection closed mid-stream{after} (server died?)"
+        return "the server closed the connection without a response"
+    if isinstance(err, httpx.ReadError):
+        return f"connection reset by the server{after}"
+    if isinstance(err, ValueError) and str(err).startswith("bad event"):
+        return one_line(str(err))
+    return one_line(f"{type(err).__name__}: {err}{after}")
 
 
 def _connect(cfg: HttpBackendConfig) -> http.client.HTTPConnection:
@@ -218,8 +290,9 @@ def _bodies(requests: list[Request], cfg: HttpBackendConfig, model: str) -> list
             body["messages"] = [{"role": "user", "content": decode(list(r.prompt_token_ids))}]
         else:
             body["prompt"] = decode(list(r.prompt_token_ids)) if decode else list(r.prompt_token_ids)
-        body.update(max_tokens=r.output_len, temperature=cfg.temperature, stream=True,
-                    stream_options={"include_usage": True})
+        # As vLLM's client: chat asks for max_completion_tokens (max_tokens is deprecated there).
+        body["max_completion_tokens" if cfg.endpoint == "chat" else "max_tokens"] = r.output_len
+        body.update(temperature=cfg.temperature, stream=True, stream_options={"include_usage": True})
         if cfg.ignore_eos:
             body["ignore_eos"] = True
         body.update(cfg.extra_body)
@@ -233,7 +306,7 @@ def _decoder(spec: str) -> Callable[[list[int]], str]:
     own when it re-tokenizes the text."""
     tokenizer = load_tokenizer(spec)
     if isinstance(tokenizer, BpeTokenizer):
-        return tokenizer._encoding.decode
+        return tokenizer._load().decode
     if isinstance(tokenizer, HfTokenizer):
         hf = tokenizer._tokenizer
         return lambda ids: hf.decode(ids, skip_special_tokens=True)

@@ -31,6 +31,9 @@ class HttpBackendConfig:
     ignore_eos: bool = True           # sends vLLM's `ignore_eos: true`; false for servers that reject unknown keys
     extra_body: dict = field(default_factory=dict)   # merged into every request body, last
     max_concurrency: int | None = None    # None: unbounded; else requests in flight at most, the rest wait
+    api_key: str | None = None        # sent as `Authorization: Bearer KEY`
+    headers: dict = field(default_factory=dict)   # more headers on every request (str: str)
+    warmup_requests: int = 0          # sent (the trace's first request) before the clock starts, not counted
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 60.0      # longest silence between two bytes of a response (headers included)
     temperature: float = 0.0
@@ -69,6 +72,15 @@ class HttpBackendConfig:
                 isinstance(self.max_concurrency, bool) or not isinstance(self.max_concurrency, int)
                 or self.max_concurrency < 1):
             raise ValueError(f"backend.max_concurrency must be None or an integer >= 1, got {self.max_concurrency!r}")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
+            raise ValueError("backend.api_key must be None or a non-empty string")
+        if not isinstance(self.headers, Mapping) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in self.headers.items()):
+            raise ValueError(f"backend.headers must map header names to strings, got {self.headers!r}")
+        self.headers = dict(self.headers)
+        if isinstance(self.warmup_requests, bool) or not isinstance(self.warmup_requests, int) or \
+                self.warmup_requests < 0:
+            raise ValueError(f"backend.warmup_requests must be an integer >= 0, got {self.warmup_requests!r}")
         self.connect_timeout_s = _positive("connect_timeout_s", self.connect_timeout_s)
         self.read_timeout_s = _positive("read_timeout_s", self.read_timeout_s)
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or self.temperature < 0:

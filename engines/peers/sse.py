@@ -2,22 +2,20 @@
 
 A streaming completion is a run of events, each a `data: {...}` line (one
 JSON chunk) closed by a blank line, and ends with `data: [DONE]`.
-`response_lines` splits a response body into lines as they arrive,
-`read_data` yields each event's data as it completes (the caller stamps the
-time); `parse_chunk` says what one chunk holds: a token (a completion's
-`text`, a chat delta's `content`, or `token_ids`, which our own server and
-vLLM send with `return_token_ids`; see `_has_output`), the `usage` counts (the last chunk, with
-`stream_options.include_usage`), or an error event.
+`aread_data` yields each event's data as it completes, from a body's byte
+chunks as they arrive (the caller stamps the time; `read_data` from lines); `parse_chunk` says
+what one chunk holds: a token (a completion's `text`, a chat delta's
+`content`, or `token_ids`, which our own server and vLLM send with
+`return_token_ids`; see `_has_output`), the `usage` counts (the last chunk,
+with `stream_options.include_usage`), or an error event.
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
-import http.client
 import json
 
 DONE = "[DONE]"
-READ_BYTES = 65536
 ERROR_CHARS = 200          # an error line keeps this many characters of what the server said
 
 
@@ -39,41 +37,73 @@ def one_line(text: str | bytes, limit: int = ERROR_CHARS) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def response_lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
-    """The body's lines as their bytes arrive. Reads with `read1`, not `readline`: on a chunked body cut
-    short (the server died) `readline` returns a quiet end of file, `read1` raises IncompleteRead."""
-    pending = b""
-    while data := response.read1(READ_BYTES):
-        *lines, pending = (pending + data).split(b"\n")
-        for line in lines:
-            yield line + b"\n"
-    if pending:
-        yield pending
-
-
-def read_data(lines: Iterable[bytes]) -> Iterator[str]:
-    """The data of each event in `lines` (raw lines of the response body), as soon as the event is complete.
+class EventReader:
+    """The data of each event of a response body fed one line at a time, as soon as the event is complete.
 
     Follows the SSE rules the servers use: `data:` lines (one space after the
     colon dropped) join with newlines, a blank line ends the event, comment
     lines (`:`) and other fields (`event:`, `id:`, `retry:`) are skipped. An
-    event the stream ended in the middle of is still yielded.
+    event the stream ended in the middle of is still given by `end()`.
     """
-    data: list[str] = []
-    for raw in lines:
+
+    def __init__(self) -> None:
+        self._data: list[str] = []
+
+    def line(self, raw: bytes) -> str | None:
+        """Feed one raw line; the event it completes, if any."""
         line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
         if not line:
-            if data:
-                yield "\n".join(data)
-                data = []
-            continue
+            if self._data:
+                event, self._data = "\n".join(self._data), []
+                return event
+            return None
         if line.startswith(":"):
-            continue
+            return None
         key, _, value = line.partition(":")
         if key == "data":
-            data.append(value[1:] if value.startswith(" ") else value)
-    if data:
-        yield "\n".join(data)
+            self._data.append(value[1:] if value.startswith(" ") else value)
+        return None
+
+    def end(self) -> str | None:
+        """The event left unfinished when the body ended, if any."""
+        event, self._data = ("\n".join(self._data) if self._data else None), []
+        return event
+
+
+class ChunkSplitter:
+    """A body's bytes, in pieces of any size, as the data of each complete event (`EventReader` per line)."""
+
+    def __init__(self) -> None:
+        self._reader, self._pending = EventReader(), b""
+
+    def feed(self, data: bytes) -> list[str]:
+        *lines, self._pending = (self._pending + data).split(b"\n")
+        events = (self._reader.line(line + b"\n") for line in lines)
+        return [event for event in events if event is not None]
+
+    def close(self) -> list[str]:
+        """At the body's end: a last line without its newline, and an event left unfinished."""
+        last = [self._reader.line(self._pending)] if self._pending else []
+        self._pending = b""
+        return [event for event in (*last, self._reader.end()) if event is not None]
+
+
+def read_data(lines: Iterable[bytes]) -> Iterator[str]:
+    """The data of each event in `lines` (the response body's raw lines, or any pieces of it)."""
+    splitter = ChunkSplitter()
+    for raw in lines:
+        yield from splitter.feed(raw)
+    yield from splitter.close()
+
+
+async def aread_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """`read_data` over a body that arrives as byte chunks (an async HTTP client's stream)."""
+    splitter = ChunkSplitter()
+    async for data in chunks:
+        for event in splitter.feed(data):
+            yield event
+    for event in splitter.close():
+        yield event
 
 
 def parse_chunk(data: str) -> Chunk:

@@ -224,6 +224,23 @@ class IterationScheduler:
     def memory_split(self) -> MemorySplit:
         return self.kv.split(self.running.values(), self.waiting[0] if self.waiting else None, self._stored)
 
+    def abort(self, seq: Sequence, reason: str) -> bool:
+        """Drop a request between steps (a server's client went away): a running group's memory is freed, a
+        waiting one leaves the queue; False for a group swapped out to the host, which is dropped once back."""
+        if seq.id in self.running:
+            self._unhold(seq)
+            self.kv.free(seq)
+            self._quiet = None
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        elif seq in self.swapped:
+            return False
+        else:
+            return True              # finished, or rejected: nothing holds it
+        seq.status = Status.FAILED
+        seq.rejected_reason = reason
+        return True
+
     def release_finished(self, finished: list[Sequence]) -> list[Sequence]:
         """Free the sequences that produced their last token this iteration; returns them."""
         if finished:

@@ -117,6 +117,15 @@ class StaticScheduler:
     def quiet_step(self) -> None:
         raise RuntimeError("a static batch has no quiet decode steps")
 
+    def abort(self, seq: Sequence, reason: str) -> bool:
+        """Drop a request between steps (a server's client went away): a waiting one leaves the queue; one in
+        the running batch runs on as static batching runs every member, its region freed with the batch."""
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+            seq.status = Status.FAILED
+            seq.rejected_reason = reason
+        return True
+
     def release_finished(self, finished: list[Sequence]) -> list[Sequence]:
         """Mark the requests that finished this iteration; their regions stay held until the whole batch ends."""
         for seq in finished:

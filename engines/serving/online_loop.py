@@ -20,11 +20,12 @@ import time
 
 from engines.engine import Engine
 from engines.protocols import Executor, Scheduler
-from engines.run_record import RunRecord
+from engines.run_record import IterationRow, RunRecord
 from engines.sequence import Sequence
 from workloads.request import Request
 
 IDLE_WAIT_S = 0.05      # how long an idle engine waits on the inbox before it checks for a stop
+ABORTED = "aborted: the client went away"
 
 
 class Inbox:
@@ -67,29 +68,53 @@ class Inbox:
 def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_event: threading.Event,
                on_tokens: Callable[[Sequence, list[int]], None],
                on_done: Callable[[Sequence], None] | None = None,
-               record: RunRecord | None = None, idle_wait_s: float = IDLE_WAIT_S) -> None:
+               record: RunRecord | None = None, idle_wait_s: float = IDLE_WAIT_S,
+               aborts: Callable[[], list[int]] | None = None,
+               on_step: Callable[[IterationRow | None, int], None] | None = None) -> None:
     """Serve what arrives in `inbox` until `stop_event` is set (requests still running are left as they are).
 
     `on_tokens(seq, token_ids)`: after each iteration, for every advancing
     sequence, the token ids it just produced (row 0's new token on the real
     backend; [] on the sim, which makes no tokens). `on_done(seq)`: a
     sequence that finished this iteration (after its last `on_tokens`) or
-    was rejected on arrival (`seq.rejected_reason` says why). `record`, when
-    given, gets every sequence and one `IterationRow` per iteration, as
-    run_engine's; None keeps nothing (a long-lived server's memory stays flat).
-    Both callbacks run on this thread: they must be quick and must not raise.
+    was rejected on arrival (`seq.rejected_reason` says why). `aborts()`,
+    before each step: the ids of requests to drop (their clients went away);
+    the scheduler frees each one's memory (`Scheduler.abort`; a group swapped
+    out to the host is dropped once it is back), and no callback follows.
+    `on_step(row, tokens)`: after each iteration, before its tokens are
+    handed out, its row and the tokens it produced (a server's metrics); `on_step(None, 0)` after requests were
+    dropped. `record`, when given, gets every sequence
+    and one `IterationRow` per iteration, as run_engine's; None keeps nothing
+    (a long-lived server's memory stays flat). The callbacks run on this
+    thread: they must be quick and must not raise.
     """
     engine = Engine(scheduler, executor)
+    live: dict[int, Sequence] = {}        # request id -> its sequence, until it finishes or is dropped
+    dropping: set[int] = set()            # aborted requests the scheduler could not drop yet
     wall_start = time.perf_counter()
     while not stop_event.is_set():
-        arrivals = inbox.take(0 if engine.has_work() else idle_wait_s)
+        # The aborts before the inbox: a request is put before its abort can be asked for, so every id taken
+        # here names a request taken now or before (none is missed as "not arrived yet").
+        aborted = aborts() if aborts is not None else []
+        arrivals = inbox.take(0 if engine.has_work() or aborted else idle_wait_s)
         now = executor.now()
         for request in arrivals:
             seq, queued = engine.add(request, now)
             if record is not None:
                 record.sequences.append(seq)
-            if not queued and on_done is not None:
+            if queued:
+                live[seq.id] = seq
+            elif on_done is not None:
                 on_done(seq)
+        dropping.update(aborted)
+        if dropping:
+            for request_id in list(dropping):
+                seq = live.get(request_id)
+                if seq is None or scheduler.abort(seq, ABORTED):
+                    dropping.discard(request_id)
+                    live.pop(request_id, None)
+            if on_step is not None:
+                on_step(None, 0)          # the memory the dropped requests freed
         if not engine.has_work():
             continue
         out = engine.step(now)
@@ -97,10 +122,13 @@ def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_even
             raise RuntimeError("the scheduler holds requests but scheduled nothing")
         if record is not None:
             record.iterations.append(out.row)
+        if on_step is not None:         # first: what a client has seen is already counted
+            on_step(out.row, out.row.batch_rows)
         for seq in out.advanced:
             on_tokens(seq, seq.output_token_ids[-1:])
-        if on_done is not None:
-            for seq in out.finished:
+        for seq in out.finished:
+            live.pop(seq.id, None)
+            if on_done is not None:
                 on_done(seq)
     if record is not None:
         record.end_s = executor.now()

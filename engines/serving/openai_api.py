@@ -78,7 +78,10 @@ def _content(content) -> str:
 
 
 def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None) -> ParsedRequest:
-    """Check a request body; unknown fields (temperature, model, ignore_eos, ...) are accepted and ignored."""
+    """Check a request body; unknown fields (temperature, model, ignore_eos, ...) are accepted and ignored.
+    Without max_tokens (for chat, max_completion_tokens, which wins when both are given) a request gets the
+    rest of the context, `max_seq_len` minus its prompt, as vLLM gives it; logprobs are refused (not
+    computed)."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
@@ -86,13 +89,14 @@ def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None)
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     max_tokens = body.get("max_tokens")
-    if max_tokens is None and chat:
-        max_tokens = body.get("max_completion_tokens")
-    if max_tokens is None:
-        raise BadRequest("max_tokens is required: these engines generate exactly max_tokens tokens (EOS is "
-                         "ignored)", "missing_max_tokens")
-    if not _int(max_tokens) or max_tokens < 1:
+    if chat and body.get("max_completion_tokens") is not None:     # the chat's own name wins, as OpenAI's
+        max_tokens = body["max_completion_tokens"]
+    if max_tokens is not None and (not _int(max_tokens) or max_tokens < 1):
         raise BadRequest(f"max_tokens must be an integer >= 1, got {max_tokens!r}")
+    for key in ("logprobs", "top_logprobs", "prompt_logprobs"):
+        if body.get(key) not in (None, False):
+            raise BadRequest(f"{key} is not supported: these engines do not compute log-probabilities (leave "
+                             f"it out or null)", "unsupported_logprobs")
     n = body.get("n", 1)
     if n is not None and n != 1:
         raise BadRequest(f"n must be 1 (one sequence per request), got {n!r}", "unsupported_n")
@@ -103,6 +107,14 @@ def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None)
     ids = _prompt_ids(body, chat, text)
     if not ids:
         raise BadRequest("the prompt is empty: it must hold at least one token", "empty_prompt")
+    if max_tokens is None:             # as vLLM: the rest of the context
+        if max_seq_len is None:
+            raise BadRequest("max_tokens is required: this server has no max_seq_len to fill",
+                             "missing_max_tokens")
+        max_tokens = max_seq_len - len(ids)
+        if max_tokens < 1:
+            raise BadRequest(f"the prompt ({len(ids)} tokens) leaves no room for a token within the model's "
+                             f"max_seq_len of {max_seq_len}", "context_length_exceeded")
     if max_seq_len is not None and len(ids) + max_tokens > max_seq_len:
         raise BadRequest(f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) = {len(ids) + max_tokens} "
                          f"exceeds the model's max_seq_len of {max_seq_len}", "context_length_exceeded")
@@ -132,16 +144,32 @@ class Reply:
         return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
                 "total_tokens": prompt + completion_tokens}
 
-    def chunk(self, token_id: int, text: str, first: bool, last: bool) -> dict:
-        """One streamed token; the chat's first delta also names the role."""
+    def chunk(self, token_id: int, text: str, last: bool) -> dict:
+        """One streamed token (the last one with finish_reason "length")."""
         choice: dict = {"index": 0}
         if self.parsed.chat:
-            choice["delta"] = {"role": "assistant", "content": text} if first else {"content": text}
+            choice["delta"] = {"content": text}
         else:
             choice["text"] = text
         choice["finish_reason"] = "length" if last else None
         if self.parsed.return_token_ids:
             choice["token_ids"] = [token_id]
+        return self._chunk_of(choice)
+
+    def role_chunk(self) -> dict:
+        """A chat stream's first chunk, before its first token's: the role alone, as vLLM sends it."""
+        return self._chunk_of({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
+
+    def closing_chunk(self, text: str) -> dict:
+        """The finish of a stream that ended before max_tokens, with whatever text was still held back."""
+        choice: dict = {"index": 0, "finish_reason": "length"}
+        if self.parsed.chat:
+            choice["delta"] = {"content": text} if text else {}
+        else:
+            choice["text"] = text
+        return self._chunk_of(choice)
+
+    def _chunk_of(self, choice: dict) -> dict:
         return {"id": self.id, "object": self.chunk_object, "created": self.created, "model": self.model,
                 "choices": [choice]}
 

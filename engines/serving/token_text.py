@@ -63,3 +63,7 @@ class TextPieces:
     def add(self, token_id: int, final: bool = False) -> str:
         """The text this token completes ("" while a character is still partial); `final` flushes the rest."""
         return self._utf8.decode(self._text.token_bytes(token_id), final=final)
+
+    def flush(self) -> str:
+        """What is held back of a partial character, at the end ("" when nothing is)."""
+        return self._utf8.decode(b"", final=True)

@@ -35,8 +35,8 @@ import sys
 from paths import ROOT
 
 RESULT_PATHS = ("engines", "workloads", "kernels", "conf", "hydra_plugins", "data/traces", "data/profiles",
-                "results/record/summary.py", "results/sweeps/capacity.py", "results/sweeps/sustainable.py",
-                "run.py", "studies")
+                "results/record/summary.py", "results/record/frames.py", "results/sweeps/capacity.py",
+                "results/sweeps/sustainable.py", "run.py", "studies")
 # Under RESULT_PATHS, what no run of the simulated backend imports (a folder or a file).
 SIM_UNUSED = ("engines/real", "engines/serving", "kernels", "engines/peers/http_client.py",
               "engines/peers/http_config.py", "engines/peers/server_process.py", "engines/peers/sse.py",

@@ -19,7 +19,7 @@ from workloads.request import Request
 from workloads.tokenizer import load_tokenizer
 
 # What the fake server does with a completions request, chosen by the prompt's first token id.
-NORMAL, NO_USAGE, MERGED, CUT, STALL, ERROR_EVENT, NO_DONE, JSON_ONLY = 1, 2, 3, 4, 5, 6, 7, 8
+NORMAL, NO_USAGE, MERGED, CUT, STALL, ERROR_EVENT, NO_DONE, JSON_ONLY, CUT_AFTER_DONE = 1, 2, 3, 4, 5, 6, 7, 8, 9
 LONG_422 = "field required: " + "x" * 500
 
 
@@ -36,6 +36,8 @@ class FakeServer(ThreadingHTTPServer):
         self.bodies: list[dict] = []
         self.paths: list[str] = []
         self.received_s: dict[int, float] = {}   # a request's first prompt token after the mode -> perf_counter
+        self.headers: list[dict] = []            # each POST's headers
+        self.ports: list[int] = []               # each POST's client port: one per connection
         self.active = self.max_active = 0
 
     @property
@@ -66,6 +68,8 @@ class Handler(BaseHTTPRequestHandler):
         with s.lock:
             s.bodies.append(body)
             s.paths.append(self.path)
+            s.headers.append({k.lower(): v for k, v in self.headers.items()})
+            s.ports.append(self.client_address[1])
             if isinstance(prompt, list) and len(prompt) > 1:
                 s.received_s[prompt[1]] = time.perf_counter()
             s.active += 1
@@ -99,7 +103,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if chat:
             self._event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
-        n = body["max_tokens"]
+        n = body["max_completion_tokens"] if chat else body["max_tokens"]
         for i in range(n // 2 if mode == MERGED else n):
             time.sleep(s.token_delay_s)
             if mode == CUT and i == 2:
@@ -120,6 +124,9 @@ class Handler(BaseHTTPRequestHandler):
         self._leave()
         if mode != NO_DONE:
             self._write(b"data: [DONE]\n\n")
+        if mode == CUT_AFTER_DONE:
+            self.close_connection = True
+            return   # [DONE] sent, then the connection closes before the chunked body's end
         self.wfile.write(b"0\r\n\r\n")
 
     def _event(self, obj: dict) -> None:
@@ -230,6 +237,13 @@ def test_a_failure_fails_its_request_only(server, mode, expected):
         assert "field required: xxx" in failed.error and len(failed.error) <= len("HTTP 422: ") + 200
 
 
+def test_a_stream_cut_after_done_is_complete(server):
+    """What breaks while the body is drained after [DONE] costs the connection, not the finished request."""
+    measured, _ = replay_http([req(0, mode=CUT_AFTER_DONE), req(1, arrival=0.05)], config(server.url),
+                              progress=False)
+    assert [(m.error, m.output_tokens, len(m.token_times_s)) for m in measured] == [(None, 4, 4), (None, 4, 4)]
+
+
 def test_unreachable_server(server):
     url = f"http://127.0.0.1:{unused_port()}"
     with pytest.raises(EndpointUnreachable, match=r"^cannot reach http://127\.0\.0\.1:\d+ \(connection refused\): "
@@ -268,7 +282,9 @@ def test_text_prompt_and_chat_body(server, endpoint):
         assert body["messages"] == [{"role": "user", "content": text}]
     else:
         assert server.paths == ["/v1/completions"] and body["prompt"] == text
-    assert body["max_tokens"] == 3 and body["ignore_eos"] is True
+    asked = "max_completion_tokens" if endpoint == "chat" else "max_tokens"     # as vLLM's client asks
+    assert body[asked] == 3 and body["ignore_eos"] is True and set(body) & {"max_tokens",
+                                                                            "max_completion_tokens"} == {asked}
 
 
 def test_measured_requests_become_sequences(server):
@@ -334,3 +350,37 @@ def test_sse_events_and_chunks():
     assert parse_chunk('{"error": "plain"}').error == "plain"
     with pytest.raises(ValueError, match="bad event"):
         parse_chunk("{not json")
+
+
+def test_an_api_key_and_headers_go_with_every_request_and_warm_ups_are_not_counted(server):
+    cfg = config(server.url, api_key="k3y", headers={"X-Trace": "t1"}, warmup_requests=2)
+    measured, _ = replay_http([req(i, arrival=0.01 * i) for i in range(3)], cfg, progress=False)
+    assert len(server.bodies) == 5 and [m.error for m in measured] == [None] * 3     # 2 warm-ups, uncounted
+    assert all(h["authorization"] == "Bearer k3y" and h["x-trace"] == "t1" for h in server.headers)
+    assert all(m.sent_s >= m.request.arrival_s for m in measured)       # the clock starts after the warm-ups
+
+
+def test_one_event_loop_on_kept_alive_connections(server):
+    """No thread per request, and a connection serves request after request (keep-alive)."""
+    before = threading.active_count()
+    seen = []
+    watcher = threading.Thread(target=lambda: [seen.append(threading.active_count()) or time.sleep(0.005)
+                                                for _ in range(100)], daemon=True)
+    watcher.start()
+    measured, _ = replay_http([req(i, arrival=0.02 * i, out=2) for i in range(20)], config(server.url, max_concurrency=1),
+                              progress=False)
+    watcher.join()
+    assert all(m.error is None for m in measured)
+    assert len(set(server.ports)) == 1                  # one connection, kept alive, for all 20 requests
+    assert max(seen) <= before + 1 + 2                  # the watcher, the server's handler: no pool of senders
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"api_key": ""}, "backend.api_key must be None or a non-empty string"),
+    ({"headers": {"X": 1}}, "backend.headers must map header names to strings"),
+    ({"warmup_requests": -1}, "backend.warmup_requests must be an integer >= 0"),
+])
+def test_client_settings_validation(change, message):
+    with pytest.raises(ValueError) as err:
+        HttpBackendConfig.from_dict({"url": "http://127.0.0.1:8000", **change})
+    assert message in str(err.value)

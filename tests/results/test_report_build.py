@@ -165,7 +165,7 @@ def test_a_server_edit_leaves_the_sim_steps_current_and_makes_the_timed_ones_sta
     sim = report_with_records(tmp_path / "sim", here["sim"])
     peers = report_with_records(tmp_path / "peers", here["all"], name="peers")
     assert current.stale_sections(sim, here) == current.stale_sections(peers, here) == []
-    server = copy / "engines" / "serving" / "openai_server.py"
+    server = copy / "engines" / "serving" / "asgi_server.py"
     server.write_text(server.read_text() + "\n# a server fix\n")
     edited = scope_codes(copy)
     assert edited["sim"] == here["sim"] and edited["all"] != here["all"]

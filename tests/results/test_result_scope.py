@@ -128,7 +128,7 @@ def test_a_change_the_sim_scope_leaves_out_keeps_the_sim_code_and_moves_the_whol
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         (copy / name).write_bytes((ROOT / name).read_bytes())
     before = scope_codes(copy)
-    (copy / "engines" / "serving" / "openai_server.py").write_text("# edited\n")
+    (copy / "engines" / "serving" / "asgi_server.py").write_text("# edited\n")
     after = scope_codes(copy)
     assert after["sim"] == before["sim"] and after["all"] != before["all"]
     (copy / "engines" / "sim" / "cost_model.py").write_text("# edited\n")

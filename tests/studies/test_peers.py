@@ -42,3 +42,27 @@ def test_the_report_section_reads_the_table_or_names_the_command(tmp_path):
     assert section.has_runs and "| paged (HTTP) | 90.0 (90.0-90.0) |" in section.text
     assert "4 ShareGPT requests all at t = 0, outputs capped at 128 tokens" in section.text
     assert "| paged | 0.90 (0.90-0.90) | 1 |" in section.text
+
+
+def test_the_section_pairs_our_server_against_transformers_serve_by_round_and_shows_the_kept_before(tmp_path,
+                                                                                                   monkeypatch):
+    import results.report.peers as peers
+
+    results = {"paged (HTTP)": runs([120.0, 80.0]), "transformers-cb (HTTP)": runs([100.0, 100.0])}
+    rows, overhead = table(results, 2)
+    (tmp_path / "peers.json").write_text(json.dumps({"command": "c", "requests": 4, "max_output_len": 0,
+                                                     "rate": None, "rounds": 2, "rows": rows, "overhead": overhead,
+                                                     "runs": results}))
+    old = tmp_path / "old"
+    old.mkdir()
+    before_rows, before_overhead = table({"paged (in process)": runs([100.0]), "paged (HTTP)": runs([40.0])}, 1)
+    (old / "peers.json").write_text(json.dumps({"rounds": 1, "rows": before_rows, "overhead": before_overhead}))
+    monkeypatch.setattr(peers, "BEFORE", old / "peers.json")
+    monkeypatch.setattr(peers, "ROOT", tmp_path)
+    text = section_peers(tmp_path).text
+    # Paired by round: (1.2 + 0.8) / 2 = 1.00, each round's ratio its own.
+    assert "paired by round: 1.00x (0.80-1.20, 2 rounds; ours 120, 80, theirs 100, 100)" in text
+    assert "Before: the same study (1 rounds) with the server this one replaced, kept in `old`" in text
+    assert "| paged | 0.40 (0.40-0.40) | 1 |" in text
+    monkeypatch.setattr(peers, "BEFORE", tmp_path / "none.json")
+    assert "Before:" not in section_peers(tmp_path).text

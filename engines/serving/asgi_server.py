@@ -1,0 +1,557 @@
+"""An OpenAI-compatible server over one of our engines, on ASGI: a FastAPI app under uvicorn, as vLLM's.
+
+    service = EngineService(backend, "tiny", "paged", tokenizer="cl100k_base", max_seq_len=2048)
+    app = build_app(service, api_key=None)
+    serve(app, service, host="127.0.0.1", port=8000)     # until SIGTERM / SIGINT
+
+One engine thread (`online_loop.serve_loop`) owns the scheduler and the executor; the event loop only parses,
+queues and writes. Each request's tokens reach its response through an asyncio queue that the engine thread
+feeds with `loop.call_soon_threadsafe`; a response writes every token that is ready in one event-stream
+write. Endpoints, as vLLM's OpenAI server's:
+
+- POST /v1/completions and /v1/chat/completions, streamed (server-sent events, `data: [DONE]` last; with
+  `stream_options.include_usage` a usage chunk with `"choices": []` before it; a chat stream opens with a
+  chunk that only names the role) or whole. A response ends when the engine says the request finished.
+  Our engines generate exactly `max_tokens` (EOS is never a stop: `ignore_eos` is implied), so
+  finish_reason is "length"; without `max_tokens` (`max_completion_tokens` for chat) a request gets the rest of the context,
+  `max_seq_len` - its prompt, as vLLM gives it. `logprobs` is refused with a 400 (not computed).
+- GET /v1/models (each model's `root`, as `vllm bench serve` reads it), /health, /ping, /version;
+  POST /tokenize and /detokenize (the server's tokenizer).
+- GET /metrics: Prometheus text (`prometheus_client`): running, waiting and swapped requests, KV usage
+  and the KV split by category (ours: token states, reservation, internal and external fragmentation,
+  free), preemptions, prompt and generation tokens, finished requests, and TTFT, ITL and end-to-end
+  histograms, under vLLM's names where vLLM has one (`vllm:num_requests_running`, ...).
+
+Errors are vLLM's JSON (`{"error": {"message", "type", "param", "code"}}`): 400 for a bad body, 401
+without the `--api-key` (`Authorization: Bearer KEY`) when one is set, 404 for no route, 503 while the
+server stops or after its engine failed. A client that goes away, before its first token or mid-stream, has
+its request aborted: the engine frees its KV blocks before its next step (one swapped out to the host is
+dropped when it is swapped back in; static batching runs a running member to its batch's end). On SIGTERM the server takes no new request (503), ends
+every open stream with an error event that says why and `[DONE]`, and exits.
+"""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+import importlib.metadata
+import json
+import logging
+import threading
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from engines.engine import memory_fields
+from engines.protocols import Backend, Scheduler
+from engines.run_record import IterationRow, RunRecord
+from engines.sequence import Sequence, Status
+from engines.serving.online_loop import Inbox, serve_loop
+from engines.serving.openai_api import BadRequest, ParsedRequest, Reply, error_body, parse_body
+from engines.serving.token_text import TokenText
+
+log = logging.getLogger("pagedbench")
+MAX_BODY_BYTES = 16 * 2**20
+STOPPING = "the server is shutting down"
+CLIENT_GONE = 499        # the status logged for a request whose client left before its response (nginx's)
+try:
+    VERSION = importlib.metadata.version("pagedbench")
+except importlib.metadata.PackageNotFoundError:
+    VERSION = "0+unknown"
+# Histogram buckets in seconds: a CPU's tokens take tens of ms to seconds, a GPU's ms.
+LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                   20.0, 40.0, 80.0, 160.0)
+KV_CATEGORIES = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
+
+
+@dataclass(slots=True)
+class Event:
+    """What the engine thread tells a request's response: a token, the end, a rejection, an error."""
+
+    kind: str                # "token" | "finished" | "rejected" | "error"
+    token_id: int = -1
+    message: str = ""
+
+
+class Metrics:
+    """The server's Prometheus metrics, in a registry of their own (one per service)."""
+
+    def __init__(self, capacity_slots: int):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = r = CollectorRegistry()
+        self.capacity = capacity_slots
+        self.running = Gauge("vllm:num_requests_running", "Requests in the engine's running batch.", registry=r)
+        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", registry=r)
+        self.swapped = Gauge("vllm:num_requests_swapped", "Requests swapped out to host memory.", registry=r)
+        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV cache usage: 1 is full (slots not free / all).",
+                              registry=r)
+        self.kv_split = Gauge("pagedbench:kv_cache_slots", "KV cache token slots by category (the paper's split).",
+                              ["category"], registry=r)
+        self.preemptions = Counter("vllm:num_preemptions", "Preemptions (recompute or swap).", registry=r)
+        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens prefilled.", registry=r)
+        self.generation_tokens = Counter("vllm:generation_tokens", "Tokens generated.", registry=r)
+        self.finished = Counter("vllm:request_success", "Requests finished.", ["finished_reason"], registry=r)
+        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Arrival to first token.",
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.itl = Histogram("vllm:inter_token_latency_seconds", "Between two tokens of a request.",
+                             buckets=LATENCY_BUCKETS, registry=r)
+        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Arrival to last token.",
+                             buckets=LATENCY_BUCKETS, registry=r)
+        for category in KV_CATEGORIES:
+            self.kv_split.labels(category=category).set(capacity_slots if category == "free" else 0)
+
+    def state(self, scheduler: Scheduler) -> None:
+        """The scheduler's requests and KV split as they are now (on the engine thread, between steps)."""
+        self.running.set(len(scheduler.held()))
+        self.waiting.set(len(scheduler.waiting))
+        self.swapped.set(len(scheduler.swapped))
+        memory = memory_fields(scheduler)
+        self.kv_usage.set(1 - memory["free"] / self.capacity if self.capacity else 0.0)
+        for category in KV_CATEGORIES:
+            self.kv_split.labels(category=category).set(memory[category])
+
+    def step(self, row: IterationRow, generated: int) -> None:
+        """After an iteration (on the engine thread): its preemptions and tokens."""
+        if row.preempted:
+            self.preemptions.inc(row.preempted)
+        if row.prefill_tokens:
+            self.prompt_tokens.inc(row.prefill_tokens)
+        self.generation_tokens.inc(generated)
+
+    def text(self) -> tuple[bytes, str]:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class Stream:
+    """One request's side of the hand-off: its event loop and queue, and its times for the histograms."""
+
+    __slots__ = ("loop", "queue", "arrival", "last")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.queue: asyncio.Queue[Event] = asyncio.Queue()
+        self.arrival = time.perf_counter()
+        self.last: float | None = None
+
+    def put(self, event: Event) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
+
+
+class EngineService:
+    """One engine (`backend.scheduler` on `backend.executor`) on its own thread, taking requests from the event
+    loop. `tokenizer`: a `workloads.tokenizer` spec for text prompts and the text of generated tokens;
+    `max_seq_len`: the context a request must fit in (and its default max_tokens); `keep_record`: `.record`
+    collects every sequence and iteration row as run_engine's RunRecord does (read it after `stop()`)."""
+
+    def __init__(self, backend: Backend, model_name: str, engine_label: str, tokenizer: str = "cl100k_base",
+                 max_seq_len: int | None = None, keep_record: bool = False):
+        self.backend, self.engine_label = backend, engine_label
+        self.model_id = f"pagedbench-{engine_label}-{model_name}"
+        self.max_seq_len = max_seq_len
+        self.text = TokenText(tokenizer)
+        self.server_header = f"pagedbench/{VERSION} {engine_label}"
+        self.created = int(time.time())
+        self.inbox = Inbox(backend.executor.now)
+        self.metrics = Metrics(backend.scheduler.kv.capacity)
+        self.engine_error: str | None = None
+        self.record = RunRecord(capacity_slots=backend.scheduler.kv.capacity) if keep_record else None
+        self._streams: dict[int, Stream] = {}
+        self._aborted: list[int] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._stopping = False
+        self._engine: threading.Thread | None = None     # the engine's own thread, when it has one
+        self._started = self._done = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------------
+
+    def start(self, thread: bool = True) -> None:
+        """Warm the executor up and start its clock; then the engine loop on a thread of its own, or (`thread`
+        False) on the caller's, which calls `run()` next. A server runs it on the main thread: torch's
+        intra-op threads serve parallel regions started from the main thread well, and from another thread
+        badly (on this 2-core CPU the tiny model's decode ran at 0.57x its main-thread speed from a second
+        thread; at 0.9x with one torch thread)."""
+        self.backend.executor.warmup()
+        self.backend.executor.start_clock()
+        self._started = True
+        if thread:
+            self._engine = threading.Thread(target=self.run, name="pagedbench-engine", daemon=True)
+            self._engine.start()
+
+    def stop(self, reason: str = STOPPING) -> None:
+        """Take no new request, end every open stream with `reason`, stop the engine thread."""
+        with self._lock:
+            self._stopping = True
+            streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            stream.put(Event("error", message=reason))
+        self._stop.set()
+        self.inbox.wake()
+        if self._engine is not None and self._engine is not threading.current_thread():
+            self._engine.join()
+
+    def request_stop(self) -> None:
+        """`stop()` without its lock or its join, safe in a signal handler: no new request is taken, the engine
+        loop returns before its next step, and `run()` ends every open stream."""
+        self._stopping = True
+        self._stop.set()
+        self.inbox.wake()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until the engine loop has ended (an error, or `stop()`)."""
+        if self._engine is not None:
+            self._engine.join(timeout)
+
+    @property
+    def healthy(self) -> bool:
+        return self._started and not self._done and not self._stopping and self.engine_error is None
+
+    def unavailable(self) -> str:
+        return self.engine_error or STOPPING
+
+    # -- the engine thread --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The engine loop, until `stop()` or an error (on the thread `start` chose)."""
+        try:
+            serve_loop(self.inbox, self.backend.scheduler, self.backend.executor, self._stop, self._on_tokens,
+                       self._on_done, record=self.record, aborts=self._take_aborts, on_step=self._on_step)
+        except Exception as err:   # every waiting request hears of it; /health turns 503
+            self.engine_error = f"{type(err).__name__}: {err}"
+            log.exception("the engine thread stopped")
+        finally:
+            with self._lock:
+                self._stopping = self._done = True
+                streams, self._streams = self._streams, {}
+            for stream in streams.values():
+                stream.put(Event("error", message=self.unavailable()))
+
+    def _take_aborts(self) -> list[int]:
+        with self._lock:
+            taken, self._aborted = self._aborted, []
+        return taken
+
+    def _on_step(self, row: IterationRow | None, generated: int) -> None:
+        if row is not None:
+            self.metrics.step(row, generated)
+        self.metrics.state(self.backend.scheduler)
+
+    def _on_tokens(self, seq: Sequence, token_ids: list[int]) -> None:
+        # A request that produced its last token is counted before its client can see that token, so a
+        # scrape after a client's [DONE] counts it (the engine's step has already set the status).
+        finished = seq.status == Status.FINISHED
+        stream = self._streams.get(seq.id)
+        if stream is None:
+            return             # aborted (counted then), yet run on: static batching runs every member
+        if finished:
+            self.metrics.finished.labels(finished_reason="length").inc()
+        now = time.perf_counter()
+        if stream.last is None:
+            self.metrics.ttft.observe(now - stream.arrival)
+        else:
+            self.metrics.itl.observe(now - stream.last)
+        if finished:
+            self.metrics.e2e.observe(now - stream.arrival)
+        stream.last = now
+        for token in token_ids:
+            stream.put(Event("token", token))
+
+    def _on_done(self, seq: Sequence) -> None:
+        with self._lock:
+            stream = self._streams.pop(seq.id, None)
+        if stream is not None:
+            rejected = seq.status == Status.REJECTED
+            stream.put(Event("rejected" if rejected else "finished", message=seq.rejected_reason or ""))
+
+    # -- what the event loop calls -----------------------------------------------------------------------
+
+    def submit(self, parsed: ParsedRequest) -> tuple[int, Stream]:
+        """Queue a request for the engine; its id and the stream its events arrive on."""
+        request = self.inbox.new_request(parsed.prompt_ids, parsed.max_tokens)
+        stream = Stream(asyncio.get_running_loop())
+        with self._lock:
+            if not self.healthy:
+                stream.queue.put_nowait(Event("error", message=self.unavailable()))
+                return request.id, stream
+            self._streams[request.id] = stream
+        self.inbox.put(request)
+        return request.id, stream
+
+    def abort(self, request_id: int) -> None:
+        """The client went away: the engine drops the request and frees its memory before its next step."""
+        with self._lock:
+            if self._streams.pop(request_id, None) is None:
+                return             # already finished
+            self._aborted.append(request_id)
+        self.metrics.finished.labels(finished_reason="abort").inc()
+        self.inbox.wake()
+
+    def models(self) -> dict:
+        return {"object": "list", "data": [{
+            "id": self.model_id, "object": "model", "created": self.created, "owned_by": "pagedbench",
+            "root": self.model_id, "parent": None, "max_model_len": self.max_seq_len, "permission": [],
+            "engine": self.engine_label}]}
+
+
+async def disconnected(request: Request) -> None:
+    """Returns once the client has gone away (the body is read already: what the server receives next is
+    the disconnect)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def ready_events(stream: Stream) -> list[Event]:
+    """The next event and every other one already queued (the tokens a response writes at once)."""
+    events = [await stream.queue.get()]
+    while not stream.queue.empty():
+        events.append(stream.queue.get_nowait())
+    return events
+
+
+def build_app(service: EngineService, api_key: str | None = None):
+    """The FastAPI app over `service` (started and stopped with the app's lifespan)."""
+    @asynccontextmanager
+    async def lifespan(app):
+        if not service._started:
+            service.start()
+        yield
+        await asyncio.to_thread(service.stop)
+
+    app = FastAPI(title="pagedbench", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    def error(status: int, message: str, code: str, kind: str = "invalid_request_error") -> JSONResponse:
+        return JSONResponse(error_body(message, code, kind), status_code=status,
+                            headers={"Server": service.server_header})
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        if api_key is not None and request.url.path.startswith("/v1/"):
+            if request.headers.get("authorization") != f"Bearer {api_key}":
+                return error(401, "a valid API key is required (Authorization: Bearer KEY)", "invalid_api_key",
+                             "authentication_error")
+        response = await call_next(request)
+        response.headers["Server"] = service.server_header
+        return response
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        if exc.status_code == 404:
+            return error(404, f"no route {request.method} {request.url.path}", "not_found", "not_found_error")
+        if exc.status_code == 405:
+            return error(405, f"{request.method} is not allowed on {request.url.path}", "method_not_allowed")
+        return error(exc.status_code, str(exc.detail), "http_error")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError):
+        return error(400, str(exc), "invalid_request")
+
+    async def body_of(request: Request) -> bytes:
+        """The request's body (chunked or not), refused above MAX_BODY_BYTES."""
+        data = bytearray()
+        async for part in request.stream():
+            data += part
+            if len(data) > MAX_BODY_BYTES:
+                raise BadRequest(f"the body must be at most {MAX_BODY_BYTES} bytes")
+        return bytes(data)
+
+    async def generate(request: Request, chat: bool):
+        if not service.healthy:
+            return error(503, service.unavailable(), "unavailable", "server_error")
+        try:
+            parsed = parse_body(await body_of(request), chat, service.text, service.max_seq_len)
+        except BadRequest as err:
+            return error(400, str(err), err.code)
+        request_id, stream = service.submit(parsed)
+        reply = Reply(parsed, service.model_id)
+        # Until its response exists, a client that goes away is only seen by watching for the disconnect.
+        if parsed.stream:
+            first = await unless_gone(request, request_id, ready_events(stream))
+            if first is None:
+                return Response(status_code=CLIENT_GONE)
+            if first[0].kind != "token":       # a rejection or an error before any token is a status
+                return failure(first[0])
+            return StreamingResponse(sse(parsed, reply, stream, request_id, first), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        response = await unless_gone(request, request_id, whole(parsed, reply, stream))
+        return Response(status_code=CLIENT_GONE) if response is None else response
+
+    async def unless_gone(request: Request, request_id: int, work):
+        """`work`'s result; None when the client went away first (its request is then aborted)."""
+        task, gone = asyncio.ensure_future(work), asyncio.ensure_future(disconnected(request))
+        try:
+            await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not task.done():
+                task.cancel()
+                service.abort(request_id)
+        return task.result() if not task.cancelled() else None
+
+    def failure(event: Event) -> JSONResponse:
+        if event.kind == "rejected":
+            return error(400, f"the engine rejected the request: {event.message}", "request_rejected")
+        return error(503, event.message, "engine_error", "server_error")
+
+    async def whole(parsed: ParsedRequest, reply: Reply, stream: Stream) -> JSONResponse:
+        pieces, ids, texts = service.text.decoder(), [], []
+        while True:
+            for event in await ready_events(stream):
+                if event.kind == "finished":
+                    texts.append(pieces.flush())
+                    return JSONResponse(reply.whole(ids, "".join(texts)))
+                if event.kind != "token":
+                    return failure(event)
+                ids.append(event.token_id)
+                texts.append(pieces.add(event.token_id, final=len(ids) == parsed.max_tokens))
+
+    async def sse(parsed: ParsedRequest, reply: Reply, stream: Stream, request_id: int,
+                  first: list[Event]) -> AsyncIterator[str]:
+        pieces, count, events, done = service.text.decoder(), 0, first, False
+        try:
+            while True:
+                out = []
+                for event in events:
+                    if event.kind == "token":
+                        count += 1
+                        if count == 1 and parsed.chat:
+                            out.append(f"data: {json.dumps(reply.role_chunk())}\n\n")
+                        last = count == parsed.max_tokens
+                        text = pieces.add(event.token_id, final=last)
+                        out.append(f"data: {json.dumps(reply.chunk(event.token_id, text, last))}\n\n")
+                    elif event.kind == "finished":     # the end (after the last token's chunk)
+                        if count < parsed.max_tokens:     # ended short: what is held back, with the finish
+                            out.append(f"data: {json.dumps(reply.closing_chunk(pieces.flush()))}\n\n")
+                        if parsed.include_usage:
+                            out.append(f"data: {json.dumps(reply.usage_chunk(count))}\n\n")
+                        out.append("data: [DONE]\n\n")
+                        done = True
+                        break
+                    else:                              # an error or a rejection
+                        body = error_body(event.message or STOPPING, "engine_error", "server_error")
+                        out.append(f"data: {json.dumps(body)}\n\ndata: [DONE]\n\n")
+                        done = True
+                        break
+                if out:
+                    yield "".join(out)
+                if done:
+                    return
+                events = await ready_events(stream)
+        finally:
+            if not done:          # the client went away (the task was cancelled): free the request's memory
+                service.abort(request_id)
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await generate(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await generate(request, chat=True)
+
+    @app.get("/v1/models")
+    async def models():
+        return service.models()
+
+    @app.get("/health")
+    async def health():
+        if service.healthy:
+            return Response(status_code=200)
+        return error(503, service.unavailable(), "unavailable", "server_error")
+
+    @app.api_route("/ping", methods=["GET", "POST"])
+    async def ping():
+        return await health()
+
+    @app.get("/version")
+    async def version():
+        return {"version": VERSION}
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        try:
+            body = json.loads(await body_of(request) or b"{}")
+            if not isinstance(body, dict):
+                raise BadRequest("the body must be a JSON object")
+            if "messages" in body:
+                ids = parse_body(json.dumps({**body, "max_tokens": 1}).encode(), True, service.text, None).prompt_ids
+            elif isinstance(body.get("prompt"), str):
+                ids = service.text.encode(body["prompt"])
+            else:
+                raise BadRequest("tokenize needs a prompt (a string) or messages")
+        except ValueError as err:
+            return error(400, str(err), getattr(err, "code", "invalid_request"))
+        return {"count": len(ids), "max_model_len": service.max_seq_len, "tokens": ids, "token_strs": None}
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        try:
+            body = json.loads(await body_of(request) or b"{}")
+            tokens = body.get("tokens") if isinstance(body, dict) else None
+            if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                                                       for t in tokens):
+                raise BadRequest("detokenize needs tokens: a list of token ids (ints >= 0)")
+        except ValueError as err:
+            return error(400, str(err), getattr(err, "code", "invalid_request"))
+        pieces = service.text.decoder()
+        return {"prompt": "".join(pieces.add(t, final=i == len(tokens) - 1) for i, t in enumerate(tokens))}
+
+    @app.get("/metrics")
+    async def metrics():
+        data, kind = service.metrics.text()
+        return Response(data, media_type=kind)
+
+    return app
+
+
+def uvicorn_config(app):
+    """uvicorn's settings for the app: our Server header only, no access log, ten seconds to drain on exit."""
+    import uvicorn
+
+    return uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=10, access_log=False,
+                          server_header=False)
+
+
+def serve(app, service: EngineService, host: str, port: int, on_bound=None) -> None:
+    """Run `app` under uvicorn on host:port, on a thread of its own, and `service`'s engine loop on this (the
+    main) thread, until SIGTERM or SIGINT; those end every open stream with a reason (`EngineService.stop`),
+    then stop the server. An engine that stops on an error stops the server too. `on_bound(url)` once the
+    socket is bound. `service` is started here (`start(thread=False)`)."""
+    import signal
+    import socket
+
+    import uvicorn
+
+    sock = socket.create_server((host, port), backlog=2048)
+    bound = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn_config(app))
+    web = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="pagedbench-http", daemon=True)
+
+    def on_signal(sig, frame) -> None:
+        # Flags only: the handler runs on the engine's thread, maybe inside a callback that holds the service's
+        # lock. The loop sees the stop before its next step and run()'s `finally` ends the open streams.
+        service.request_stop()
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        service.start(thread=False)
+        web.start()
+        while not server.started:
+            if not web.is_alive():
+                raise OSError(f"the server did not start on {host}:{bound}")
+            time.sleep(0.01)
+        if on_bound is not None:
+            on_bound(f"http://{host}:{bound}")
+        service.run()
+    finally:
+        server.should_exit = True
+        web.join(15)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,617 @@
+"""The OpenAI-compatible server (FastAPI under uvicorn) over our engines on the real backend (tiny model, cpu),
+through stdlib http.client and the openai package: one chunk per token and the same tokens as the engine's offline
+run, text and chat prompts, concurrency, every bad request a 400, the API key, /metrics parsed by
+prometheus_client, vLLM's other endpoints, a request without max_tokens, a rejected request, a client that hangs
+up (its KV blocks freed), shutdown mid-stream, and serve.py end to end.
+
+Every engine in one process shares the attention hook's iteration context, so two engines never run at once:
+offline references run while the servers are idle, and a test that leaves a request running waits for it.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import replace
+import http.client
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+from engines.build import build_scheduler
+from engines.config import ContiguousEngineConfig, PagedEngineConfig, SchedulerLimits
+from engines.peers.sse import parse_chunk
+from engines.run_record import RunRecord
+from engines.loop import run_engine
+from engines.real.build import RealBackendConfig, build_real, load_real_model
+from engines.sequence import Status
+from engines.serving.online_loop import Inbox, serve_loop
+from engines.serving.asgi_server import VERSION, EngineService, build_app, uvicorn_config
+from engines.serving.token_text import TokenText
+from engines.specs.model import ModelSpec
+from paths import CONF, ROOT
+from tests.engines.conftest import UnitExecutor, make_request
+from workloads.request import Request
+
+SPEC = ModelSpec.from_dict(yaml.safe_load((CONF / "model" / "tiny.yaml").read_text()))
+BACKEND = RealBackendConfig(device="cpu", dtype="float32", kernels="torch", kv_budget_mib=4.0)   # 512 slots
+LIMITS = SchedulerLimits(max_num_seqs=16, max_num_batched_tokens=256, max_seq_len=128)
+ENGINES = {"static": ContiguousEngineConfig("static"), "orca": ContiguousEngineConfig("orca", reservation="oracle"),
+           "paged": PagedEngineConfig(swap_space=0.001)}
+PROMPT = [1000 + 37 * i for i in range(12)]
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return load_real_model(BACKEND, SPEC)
+
+
+class Running:
+    """A service and its app under uvicorn on a free port, in a thread of this process."""
+
+    def __init__(self, service: EngineService, api_key: str | None = None):
+        import uvicorn
+
+        self.service = service
+        self.backend, self.record = service.backend, service.record
+        sock = socket.create_server(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        service.start()
+        self.server = uvicorn.Server(uvicorn_config(build_app(service, api_key)))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
+            time.sleep(0.01)
+
+    def shutdown(self) -> None:
+        """As SIGTERM: open streams end with a reason, then the server stops."""
+        self.service.stop()
+        self.server.should_exit = True
+        self.thread.join(15)
+        assert not self.thread.is_alive()
+
+
+@contextmanager
+def running(loaded, engine: str, budget_mib: float = 4.0, keep_record: bool = False, api_key: str | None = None):
+    backend = build_real(replace(BACKEND, kv_budget_mib=budget_mib), SPEC, ENGINES[engine], LIMITS, loaded=loaded)
+    server = Running(EngineService(backend, SPEC.name, ENGINES[engine].label, "cl100k_base",
+                                   max_seq_len=LIMITS.max_seq_len, keep_record=keep_record), api_key)
+    try:
+        yield server
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def paged(loaded):
+    with running(loaded, "paged") as server:
+        yield server
+
+
+def call(port: int, method: str, path: str, body: dict | None = None, raw: bytes | None = None,
+         headers: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        data = raw if raw is not None else None if body is None else json.dumps(body).encode()
+        conn.request(method, path, body=data, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+def events(payload: bytes) -> list:
+    """The server-sent events of a stream: parsed JSON bodies, and "[DONE]"."""
+    blocks = [b for b in payload.decode().split("\n\n") if b.strip()]
+    assert all(b.startswith("data: ") for b in blocks), blocks
+    return [b[6:] if b[6:] == "[DONE]" else json.loads(b[6:]) for b in blocks]
+
+
+def stream(port: int, body: dict, path: str = "/v1/completions") -> list:
+    status, headers, payload = call(port, "POST", path, {**body, "stream": True})
+    assert status == 200, payload
+    assert headers["content-type"].startswith("text/event-stream")
+    return events(payload)
+
+
+def token_chunks(evs: list) -> list[dict]:
+    """The events a client counts as tokens: one each, those whose choices are not empty."""
+    return [e for e in evs if isinstance(e, dict) and e.get("choices")]
+
+
+def offline_tokens(loaded, engine: str, prompt: list[int], max_tokens: int) -> list[int]:
+    backend = build_real(BACKEND, SPEC, ENGINES[engine], LIMITS, loaded=loaded)
+    record = run_engine([Request(0, 0.0, tuple(prompt), max_tokens)], backend.scheduler, backend.executor,
+                        progress=False)
+    return record.sequences[0].output_token_ids
+
+
+def wait_idle(server: Running, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while server.backend.scheduler.has_work():
+        assert time.monotonic() < deadline, "the engine never finished its requests"
+        time.sleep(0.01)
+
+
+def test_serve_loop_records_the_iterations_run_engine_records():
+    """Every request submitted before the loop starts: the same iterations as the offline loop, preemptions
+    and a rejection included; on_tokens once per token, on_done once per request."""
+    lengths = [(30, 40), (20, 50), (45, 25), (10, 60), (100, 40)]      # the last exceeds max_seq_len
+    engine = PagedEngineConfig(block_size=8, watermark=0.0, preemption="recompute", swap_space=0)
+    offline = run_engine([make_request(i, p, o) for i, (p, o) in enumerate(lengths)],
+                         build_scheduler(engine, LIMITS, 160, 1), UnitExecutor(), progress=False)
+    executor, scheduler = UnitExecutor(), build_scheduler(engine, LIMITS, 160, 1)
+    inbox, stop, calls, done = Inbox(executor.now), threading.Event(), Counter(), []
+    for p, o in lengths:
+        inbox.put(inbox.new_request(list(range(p)), o))
+
+    def on_done(seq):
+        done.append((seq.id, seq.status))
+        if len(done) == len(lengths):
+            stop.set()
+    threading.Timer(20, stop.set).start()    # a hang fails below instead of blocking the suite
+    record = RunRecord(capacity_slots=scheduler.kv.capacity)
+    serve_loop(inbox, scheduler, executor, stop, lambda seq, ids: calls.update([seq.id]), on_done, record=record)
+    assert sum(s.preemptions for s in offline.sequences) > 0
+    assert record.iterations == offline.iterations
+    assert [s.finish_s for s in record.sequences] == [s.finish_s for s in offline.sequences]
+    assert calls == {i: o for i, (_, o) in enumerate(lengths[:4])}
+    assert sorted(done) == [(0, Status.FINISHED), (1, Status.FINISHED), (2, Status.FINISHED),
+                            (3, Status.FINISHED), (4, Status.REJECTED)]
+
+
+def test_an_abort_for_a_request_put_just_before_it_is_not_lost():
+    """A client's request goes into the inbox before its abort can be asked for; an abort taken while the
+    request was not yet taken from the inbox still drops it (the loop takes the aborts first)."""
+    engine = PagedEngineConfig(block_size=8, watermark=0.0, preemption="recompute", swap_space=0)
+    executor, scheduler = UnitExecutor(), build_scheduler(engine, LIMITS, 160, 1)
+    inbox, stop, tokens, asked = Inbox(executor.now), threading.Event(), Counter(), []
+    late = inbox.new_request(list(range(10)), 40)
+    first = inbox.new_request(list(range(10)), 5)
+    inbox.put(first)
+
+    def aborts() -> list[int]:
+        if not asked:                  # between two of the loop's calls: the request arrives, then its abort
+            asked.append(late.id)
+            inbox.put(late)
+            return [late.id]
+        return []
+
+    def on_done(seq):
+        stop.set()
+    threading.Timer(20, stop.set).start()
+    record = RunRecord(capacity_slots=scheduler.kv.capacity)
+    serve_loop(inbox, scheduler, executor, stop, lambda seq, ids: tokens.update([seq.id]), on_done, record=record,
+               aborts=aborts)
+    assert sorted((s.id, s.status) for s in record.sequences) == sorted([(first.id, Status.FINISHED),
+                                                                         (late.id, Status.FAILED)])
+    assert tokens == {first.id: 5} and scheduler.kv.usage()[1] == 0
+
+
+def test_token_text_decodes_what_it_can_and_gives_empty_text_otherwise():
+    text = TokenText("cl100k_base")
+    for bad in (-1, 100256, 100277, 10**7):   # negative, a gap in the vocabulary, past its end
+        assert text.token_bytes(bad) == b"" and text.decoder().add(bad, final=True) == ""
+    phrase = "naïve 🦜 café 龘"
+    ids = text.encode(phrase)
+    pieces = text.decoder()
+    texts = [pieces.add(t, final=i == len(ids) - 1) for i, t in enumerate(ids)]
+    assert "".join(texts) == phrase and "" in texts    # 🦜 and 龘 span tokens: whole on their last
+
+
+def test_models_health_and_the_server_header(paged):
+    status, headers, body = call(paged.port, "GET", "/v1/models")
+    assert status == 200 and headers["server"] == f"pagedbench/{VERSION} paged"
+    (model,) = json.loads(body)["data"]
+    assert model["id"] == "pagedbench-paged-tiny" and model["owned_by"] == "pagedbench"
+    assert model["engine"] == "paged" and model["max_model_len"] == LIMITS.max_seq_len
+    assert model["root"] == model["id"]                   # vllm bench serve reads it without --model
+    for path in ("/health", "/ping"):
+        assert call(paged.port, "GET", path)[0] == 200
+    assert call(paged.port, "POST", "/ping")[0] == 200
+    status, _, body = call(paged.port, "GET", "/version")
+    assert status == 200 and json.loads(body) == {"version": VERSION}
+    status, _, body = call(paged.port, "GET", "/v1/nothing")
+    assert status == 404 and json.loads(body)["error"]["message"]
+    status, _, body = call(paged.port, "HEAD", "/v1/models")
+    assert status == 405
+
+
+@pytest.mark.parametrize("engine", sorted(ENGINES))
+def test_each_engine_streams_one_chunk_per_token_equal_to_its_offline_run(loaded, engine):
+    expected = offline_tokens(loaded, engine, PROMPT, 12)
+    text = TokenText("cl100k_base")
+    with running(loaded, engine, keep_record=True) as server:
+        evs = stream(server.port, {"prompt": PROMPT, "max_tokens": 12, "stream_options": {"include_usage": True},
+                                   "return_token_ids": True, "ignore_eos": True, "temperature": 0.7,
+                                   "model": "whatever", "unknown_field": 1})
+    chunks = token_chunks(evs)
+    assert [c["choices"][0]["token_ids"] for c in chunks] == [[t] for t in expected]
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * 11 + ["length"]
+    assert "".join(c["choices"][0]["text"] for c in chunks) == \
+        b"".join(text.token_bytes(t) for t in expected).decode("utf-8", "replace")
+    assert {(c["object"], c["model"], c["id"]) for c in chunks} == \
+        {("text_completion", f"pagedbench-{ENGINES[engine].label}-tiny", chunks[0]["id"])}
+    assert evs[12:] == [{**{k: chunks[0][k] for k in ("id", "object", "created", "model")}, "choices": [],
+                         "usage": {"prompt_tokens": 12, "completion_tokens": 12, "total_tokens": 24}}, "[DONE]"]
+    (seq,) = server.record.sequences               # the server's record: one prefill, then 11 decode steps
+    assert seq.status == Status.FINISHED and seq.output_token_ids == expected
+    assert [(r.prefill_seqs, r.decode_seqs) for r in server.record.iterations] == [(1, 0)] + [(0, 1)] * 11
+
+
+def test_a_text_prompt_streamed_and_whole_gives_the_same_tokens(paged):
+    prompt = "The quick brown fox jumps over the lazy dog"
+    evs = stream(paged.port, {"prompt": prompt, "max_tokens": 7, "return_token_ids": True})
+    chunks = token_chunks(evs)
+    assert len(chunks) == 7 and evs[-1] == "[DONE]" and "usage" not in evs[-2]   # usage only when asked
+    status, _, body = call(paged.port, "POST", "/v1/completions",
+                           {"prompt": [prompt], "max_tokens": 7, "stream": False, "return_token_ids": True})
+    whole = json.loads(body)
+    assert status == 200 and whole["object"] == "text_completion"
+    (choice,) = whole["choices"]
+    assert choice["token_ids"] == [c["choices"][0]["token_ids"][0] for c in chunks]
+    assert choice["text"] == "".join(c["choices"][0]["text"] for c in chunks)
+    assert choice["finish_reason"] == "length"
+    n = len(TokenText("cl100k_base").encode(prompt))
+    assert whole["usage"] == {"prompt_tokens": n, "completion_tokens": 7, "total_tokens": n + 7}
+
+
+def test_chat_streams_deltas_and_answers_whole(paged):
+    messages = [{"role": "system", "content": "Be brief."},
+                {"role": "user", "content": [{"type": "text", "text": "Hello"}]}]
+    evs = stream(paged.port, {"messages": messages, "max_tokens": 5, "stream_options": {"include_usage": True}},
+                 "/v1/chat/completions")
+    role, *chunks = token_chunks(evs)         # as vLLM: the role alone first, then one chunk per token
+    assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert not parse_chunk(json.dumps(role)).carries_output      # so a client times no token by it
+    assert len(chunks) == 5 and all(c["object"] == "chat.completion.chunk" for c in chunks + [role])
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert all(set(d) == {"content"} for d in deltas) and chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert all(parse_chunk(json.dumps(c)).carries_output for c in chunks)
+    prompt_tokens = len(TokenText("cl100k_base").encode("Be brief.\nHello"))
+    assert evs[-2]["usage"]["prompt_tokens"] == prompt_tokens and evs[-2]["usage"]["completion_tokens"] == 5
+    status, _, body = call(paged.port, "POST", "/v1/chat/completions",
+                           {"messages": messages, "max_completion_tokens": 5})
+    whole = json.loads(body)
+    assert status == 200 and whole["object"] == "chat.completion"
+    assert whole["choices"][0]["message"] == {"role": "assistant",
+                                              "content": "".join(d["content"] for d in deltas)}
+
+
+def test_concurrent_requests_all_complete(paged):
+    lengths = [(3, 9), (17, 4), (8, 15), (25, 6), (5, 11), (12, 8)]
+    results: dict[int, list] = {}
+
+    def client(i, prompt_len, max_tokens):
+        results[i] = stream(paged.port, {"prompt": list(range(i, i + prompt_len)), "max_tokens": max_tokens,
+                                         "stream_options": {"include_usage": True}})
+    threads = [threading.Thread(target=client, args=(i, p, o)) for i, (p, o) in enumerate(lengths)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(results) == list(range(len(lengths)))
+    for i, (p, o) in enumerate(lengths):
+        assert len(token_chunks(results[i])) == o and results[i][-1] == "[DONE]"
+        assert results[i][-2]["usage"] == {"prompt_tokens": p, "completion_tokens": o, "total_tokens": p + o}
+
+
+def test_a_burst_of_connections_at_once_is_served_not_reset(paged):
+    """A trace's requests arriving together open their connections together: more than the listen backlog of
+    socketserver's default (5) must all be accepted."""
+    results = streams_at_once(paged.port, 40, prompt_len=2, max_tokens=2, timeout_s=120)
+    assert sorted(results) == list(range(40))
+    assert all(len(token_chunks(r)) == 2 and r[-1] == "[DONE]" for r in results.values())
+
+
+def streams_at_once(port: int, clients: int, prompt_len: int, max_tokens: int, timeout_s: float) -> dict[int, list]:
+    """`clients` streams started together (a barrier), each on a thread of its own: client i -> its events."""
+    results: dict[int, list] = {}
+    go = threading.Barrier(clients)
+
+    def client(i):
+        go.wait()
+        results[i] = stream(port, {"prompt": [i + 1 + k for k in range(prompt_len)], "max_tokens": max_tokens})
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout_s)
+    return results
+
+
+BAD = {
+    "prompt fills the context": ({"prompt": [7] * 128}, None, "context_length_exceeded"),
+    "logprobs": ({"prompt": PROMPT, "max_tokens": 5, "logprobs": 1}, None, "unsupported_logprobs"),
+    "chat logprobs": ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "logprobs": True,
+                       "top_logprobs": 2}, "chat", "unsupported_logprobs"),
+    "max_tokens 0": ({"prompt": PROMPT, "max_tokens": 0}, None, "invalid_request"),
+    "max_tokens a string": ({"prompt": PROMPT, "max_tokens": "5"}, None, "invalid_request"),
+    "empty text prompt": ({"prompt": "", "max_tokens": 5}, None, "empty_prompt"),
+    "empty id prompt": ({"prompt": [], "max_tokens": 5}, None, "empty_prompt"),
+    "negative token id": ({"prompt": [1, -2], "max_tokens": 5}, None, "invalid_request"),
+    "two prompts": ({"prompt": ["a", "b"], "max_tokens": 5}, None, "invalid_request"),
+    "n > 1": ({"prompt": PROMPT, "max_tokens": 5, "n": 2}, None, "unsupported_n"),
+    "longer than max_seq_len": ({"prompt": [7] * 100, "max_tokens": 29}, None, "context_length_exceeded"),
+    "stream not a bool": ({"prompt": PROMPT, "max_tokens": 5, "stream": "yes"}, None, "invalid_request"),
+    "no messages": ({"messages": [], "max_tokens": 5}, "chat", "invalid_request"),
+    "malformed JSON": (b'{"prompt": [1, 2', None, "invalid_json"),
+    "not an object": (b"[1, 2]", None, "invalid_request"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_request_gets_400_with_a_message(paged, case):
+    body, chat, code = BAD[case]
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    status, headers, payload = call(paged.port, "POST", path, **({"raw": body} if isinstance(body, bytes)
+                                                                 else {"body": body}))
+    error = json.loads(payload)["error"]
+    assert status == 400 and headers["content-type"] == "application/json"
+    assert error["message"] and error["type"] == "invalid_request_error" and error["code"] == code
+
+
+def test_a_request_of_exactly_max_seq_len_is_served(paged):
+    assert len(token_chunks(stream(paged.port, {"prompt": [7] * 100, "max_tokens": 28}))) == 28
+
+
+def test_a_request_the_engine_rejects_gets_400_and_the_next_is_served(loaded, paged):
+    with running(loaded, "paged", budget_mib=0.25) as server:         # 32 slots: two blocks of 16
+        for stream_it in (True, False):
+            status, _, payload = call(server.port, "POST", "/v1/completions",
+                                      {"prompt": list(range(30)), "max_tokens": 10, "stream": stream_it})
+            error = json.loads(payload)["error"]
+            assert status == 400 and error["code"] == "request_rejected" and "blocks" in error["message"]
+        assert len(token_chunks(stream(server.port, {"prompt": list(range(10)), "max_tokens": 5}))) == 5
+
+
+def test_a_client_that_hangs_up_mid_stream_has_its_kv_blocks_freed(paged):
+    kv = paged.backend.scheduler.kv
+    assert kv.usage()[1] == 0
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 100, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", paged.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")      # headers come with the first token
+        assert kv.usage()[1] > 0                                 # its blocks are held while it streams
+    wait_idle(paged, timeout_s=30)            # dropped long before its 100 tokens: the engine has no work
+    assert kv.usage()[1] == 0 and not paged.backend.scheduler.held()
+    (aborted,) = [s for s in (paged.record.sequences if paged.record else []) if s.status == Status.FAILED] or [None]
+    assert len(token_chunks(stream(paged.port, {"prompt": PROMPT, "max_tokens": 5}))) == 5
+    assert call(paged.port, "GET", "/health")[0] == 200
+
+
+def hang_up_after_sending(port: int, body: dict, wait_s: float) -> None:
+    """Send a completions request on a raw socket, then close it `wait_s` later without reading its answer."""
+    data = json.dumps(body).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+        time.sleep(wait_s)
+
+
+def test_a_client_that_leaves_before_its_first_token_is_aborted(loaded):
+    """Before a response exists the server watches for the disconnect itself: a streamed request still waiting
+    for memory never runs, and a whole (unstreamed) one stops at once instead of running to max_tokens."""
+    with running(loaded, "orca", budget_mib=0.25, keep_record=True) as server:     # 32 slots: one reservation
+        ahead: list = []
+        first = threading.Thread(target=lambda: ahead.append(stream(server.port, {"prompt": list(range(1, 11)),
+                                                                                  "max_tokens": 20})))
+        first.start()
+        deadline = time.monotonic() + 30
+        while not server.backend.scheduler.held():          # the first reserves 30 slots while it runs
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        hang_up_after_sending(server.port, {"prompt": list(range(2, 12)), "max_tokens": 20, "stream": True}, 0.2)
+        first.join(60)
+        wait_idle(server)
+        assert len(token_chunks(ahead[0])) == 20
+        _, waiting = server.record.sequences
+        assert waiting.status == Status.FAILED and "went away" in waiting.rejected_reason
+        assert waiting.output_token_ids == [] and server.backend.scheduler.kv.usage()[1] == 0
+        text = call(server.port, "GET", "/metrics")[2].decode()
+        assert 'vllm:request_success_total{finished_reason="abort"} 1.0' in text
+        assert 'vllm:request_success_total{finished_reason="length"} 1.0' in text
+    with running(loaded, "paged", keep_record=True) as server:
+        hang_up_after_sending(server.port, {"prompt": list(range(3, 13)), "stream": False}, 0.02)   # 118 tokens
+        wait_idle(server)
+        (whole,) = server.record.sequences
+        assert whole.status == Status.FAILED and len(whole.output_token_ids) < 118
+        assert server.backend.scheduler.kv.usage()[1] == 0
+
+
+def test_a_stop_asked_by_a_signal_takes_no_lock(loaded):
+    """SIGTERM's handler runs on the engine's thread, maybe inside a callback holding the service's lock: it
+    only sets flags, and the loop ends the open streams."""
+    with running(loaded, "paged") as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": PROMPT[:8], "max_tokens": 120,
+                                                            "stream": True}))
+        resp = conn.getresponse()
+        with server.service._lock:               # as if the signal landed inside `_on_done`
+            asker = threading.Thread(target=server.service.request_stop)
+            asker.start()
+            asker.join(5)
+            assert not asker.is_alive()
+        server.service.wait(10)
+        evs = events(resp.read())
+        conn.close()
+        assert evs[-1] == "[DONE]" and "shutting down" in evs[-2]["error"]["message"]
+        assert call(server.port, "GET", "/health")[0] == 503
+
+
+def test_shutdown_mid_stream_ends_the_stream_with_an_error_event(loaded, paged):
+    with running(loaded, "paged") as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": PROMPT[:8], "max_tokens": 120,
+                                                            "stream": True}))
+        resp = conn.getresponse()
+        assert resp.status == 200
+        started = time.monotonic()
+        server.shutdown()
+        assert time.monotonic() - started < 10
+        evs = events(resp.read())
+        conn.close()
+        assert len(token_chunks(evs)) < 120 and evs[-1] == "[DONE]" and "shutting down" in evs[-2]["error"]["message"]
+        with pytest.raises(OSError):
+            call(server.port, "GET", "/health")
+
+
+def test_while_stopping_a_request_gets_503_and_health_turns_503(loaded):
+    with running(loaded, "paged") as server:
+        server.service.stop()                 # the engine stopped, the socket still open
+        status, _, payload = call(server.port, "POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
+        assert status == 503 and "shutting down" in json.loads(payload)["error"]["message"]
+        assert call(server.port, "GET", "/health")[0] == 503
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_serve_py_serves_a_request_and_stops_on_sigterm(tmp_path):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "serve.py", "engine=paged", f"serve.port={port}",
+                             f"hydra.run.dir={tmp_path}"], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()
+    seen = []
+    try:
+        deadline = time.monotonic() + 120
+        while not any(line.startswith("serving ") for line in seen):
+            assert proc.poll() is None, "".join(seen)
+            assert time.monotonic() < deadline, "".join(seen)
+            try:
+                seen.append(lines.get(timeout=1))
+            except queue.Empty:
+                pass
+        assert f"serving paged on http://127.0.0.1:{port}\n" in seen
+        chunks = token_chunks(stream(port, {"prompt": "Hello", "max_tokens": 4}))
+        assert len(chunks) == 4 and chunks[0]["model"] == "pagedbench-paged-tiny"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_an_api_key_guards_the_v1_routes(loaded):
+    with running(loaded, "paged", api_key="s3cret") as server:
+        body = {"prompt": PROMPT, "max_tokens": 2}
+        status, _, payload = call(server.port, "POST", "/v1/completions", body)
+        error = json.loads(payload)["error"]
+        assert status == 401 and error["type"] == "authentication_error" and error["code"] == "invalid_api_key"
+        assert call(server.port, "GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401
+        status, _, payload = call(server.port, "POST", "/v1/completions", body,
+                                  headers={"Authorization": "Bearer s3cret"})
+        assert status == 200 and json.loads(payload)["usage"]["completion_tokens"] == 2
+        assert call(server.port, "GET", "/health")[0] == 200          # vLLM guards /v1 only
+
+
+def test_metrics_are_prometheus_text_that_counts_what_was_served(loaded):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with running(loaded, "paged") as server:
+        for n in (3, 5):
+            stream(server.port, {"prompt": PROMPT, "max_tokens": n})
+        wait_idle(server)
+        status, headers, payload = call(server.port, "GET", "/metrics")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(payload.decode()) for s in family.samples}
+    value = lambda name, **labels: samples[(name, tuple(sorted(labels.items())))]   # noqa: E731
+    assert value("vllm:generation_tokens_total") == 8 and value("vllm:prompt_tokens_total") == 2 * len(PROMPT)
+    assert value("vllm:request_success_total", finished_reason="length") == 2
+    assert value("vllm:num_requests_running") == value("vllm:num_requests_waiting") == 0
+    assert value("vllm:kv_cache_usage_perc") == 0 and value("vllm:num_preemptions_total") == 0
+    assert value("pagedbench:kv_cache_slots", category="free") == server.backend.scheduler.kv.capacity
+    assert value("vllm:time_to_first_token_seconds_count") == value("vllm:e2e_request_latency_seconds_count") == 2
+    assert value("vllm:inter_token_latency_seconds_count") == (3 - 1) + (5 - 1)
+
+
+def test_a_request_without_max_tokens_gets_the_rest_of_the_context(paged):
+    """As guidellm sends it when its data has no output lengths: vLLM fills the context."""
+    prompt = list(range(1, 121))                                  # 128 - 120 = 8 tokens left
+    evs = stream(paged.port, {"prompt": prompt, "stream_options": {"include_usage": True}})
+    assert len(token_chunks(evs)) == 8 and evs[-2]["usage"]["completion_tokens"] == 8
+
+
+def test_tokenize_and_detokenize_round_trip(paged):
+    status, _, body = call(paged.port, "POST", "/tokenize", {"prompt": "hello world"})
+    tokens = json.loads(body)
+    assert status == 200 and tokens["tokens"] == TokenText("cl100k_base").encode("hello world")
+    assert tokens["count"] == 2 and tokens["max_model_len"] == LIMITS.max_seq_len
+    status, _, body = call(paged.port, "POST", "/detokenize", {"tokens": tokens["tokens"]})
+    assert status == 200 and json.loads(body) == {"prompt": "hello world"}
+    status, _, body = call(paged.port, "POST", "/tokenize", {"messages": [{"role": "user", "content": "hi"}]})
+    assert status == 200 and json.loads(body)["count"] == 1
+    assert call(paged.port, "POST", "/detokenize", {"tokens": [-1]})[0] == 400
+    assert call(paged.port, "POST", "/tokenize", {"nothing": 1})[0] == 400
+
+
+def test_a_chunked_request_body_is_read_whole(paged):
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 3}).encode()
+    half = len(body) // 2
+    with socket.create_connection(("127.0.0.1", paged.port), timeout=30) as sock:
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                     + b"%x\r\n%s\r\n%x\r\n%s\r\n0\r\n\r\n" % (half, body[:half], len(body) - half, body[half:]))
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    assert reply.startswith(b"HTTP/1.1 200") and b'"completion_tokens":3' in reply
+
+
+def test_the_openai_package_streams_from_it(paged):
+    import openai
+
+    client = openai.OpenAI(base_url=f"http://127.0.0.1:{paged.port}/v1", api_key="unused", max_retries=0)
+    chunks = list(client.completions.create(model="pagedbench-paged-tiny", prompt="Hello", max_tokens=4,
+                                            stream=True, stream_options={"include_usage": True}))
+    assert [c.choices[0].finish_reason for c in chunks if c.choices] == [None, None, None, "length"]
+    assert chunks[-1].usage.completion_tokens == 4
+    chat = client.chat.completions.create(model="pagedbench-paged-tiny", max_completion_tokens=3,
+                                          messages=[{"role": "user", "content": "Hi"}])
+    assert chat.usage.completion_tokens == 3 and chat.choices[0].message.role == "assistant"
+    assert [m.id for m in client.models.list()] == ["pagedbench-paged-tiny"]
+
+
+@pytest.mark.slow
+def test_200_concurrent_streams_are_all_served(loaded):
+    with running(loaded, "paged", budget_mib=8.0) as server:
+        results = streams_at_once(server.port, 200, prompt_len=3, max_tokens=4, timeout_s=300)
+        assert sorted(results) == list(range(200))
+        assert all(len(token_chunks(r)) == 4 and r[-1] == "[DONE]" for r in results.values())
+
+
+@pytest.mark.slow
+def test_2000_requests_in_a_row_leak_no_memory_and_no_thread(loaded):
+    with running(loaded, "paged") as server:
+        kv = server.backend.scheduler.kv
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)     # keep-alive, as clients do
+        threads = None
+        for i in range(2000):
+            conn.request("POST", "/v1/completions", json.dumps({"prompt": [i % 50000 + 1], "max_tokens": 1}))
+            resp = conn.getresponse()
+            assert resp.status == 200 and json.loads(resp.read())["usage"]["completion_tokens"] == 1
+            if i == 99:
+                threads = threading.active_count()
+        conn.close()
+        wait_idle(server)
+        assert kv.usage() == (0, 0) and not server.service._streams
+        assert threading.active_count() <= threads
