@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from engines.sequence import Sequence
 
@@ -10,6 +11,7 @@ from engines.sequence import Sequence
 # ("batch_running": a static batch admits nobody until it ends; "swapped_first": swapped groups come back
 # before any new request), which are no limit and count in none of the summary's fractions.
 ADMISSION_LIMITS = ("memory", "max_num_seqs", "token_budget")
+_width = attrgetter("width")
 
 
 @dataclass(slots=True)
@@ -70,7 +72,7 @@ class Batch:
     @property
     def num_rows(self) -> int:
         """Live sequences advancing: one per row of every advancing group; each stores one new token."""
-        return sum(s.width for s in self.prefill) + sum(s.width for s in self.decode)
+        return sum(map(_width, self.prefill)) + sum(map(_width, self.decode))
 
     @property
     def num_tokens(self) -> int:

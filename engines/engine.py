@@ -27,8 +27,10 @@ step would need a block that is not there, or a region would fill. Those
 steps repeat the last batch with every context one token longer, so their
 times come from the cost model in closed form (`Executor.quiet_decodes`),
 their blocks are taken in the step-by-step order, and each gets its row and
-split as `step` would record them; the sequences get their tokens at the
-end. The same run, step for step (`backend.fast_forward=false` keeps the
+split as `step` would record them (the split read after each step that took
+a block; in a step that took none, only the stored tokens moved: the row
+before's token states plus one per row, its reservation less as much); the
+sequences get their tokens at the end. The same run, step for step (`backend.fast_forward=false` keeps the
 step-by-step path; tests/engines/test_fast_forward.py holds the two equal).
 """
 from __future__ import annotations
@@ -62,6 +64,13 @@ def memory_fields(scheduler: Scheduler) -> dict[str, int]:
             "external_fragmentation": split.external_fragmentation, "free": split.free}
 
 
+def memory_values(scheduler: Scheduler) -> tuple[int, ...]:
+    """`memory_fields` as a tuple, in the row's order (unshared_slots ... free)."""
+    split = scheduler.memory_split()
+    return (*scheduler.kv.usage(), split.token_states, split.reservation, split.internal_fragmentation,
+            split.external_fragmentation, split.free)
+
+
 class Engine:
     """Owns a scheduler over its KV manager and the executor that runs its batches (and the clock)."""
 
@@ -91,18 +100,15 @@ class Engine:
         duration = executor.execute(batch)
         advanced = batch.advancing()
         done_now = record_tokens(advanced, executor.now())
-        memory = memory_fields(scheduler)
+        memory = memory_values(scheduler)
         scheduler.after_iteration(batch)
         held = len(scheduler.held())
         finished = scheduler.release_finished(done_now)
-        row = IterationRow(
-            start_s=start, duration_s=duration, prefill_seqs=len(batch.prefill),
-            prefill_tokens=sum(batch.prefill_lens), decode_seqs=len(batch.decode),
-            decode_rows=len(batch.decode_context_lens), batch_size=batch.num_seqs, num_held=held,
-            num_waiting=len(scheduler.waiting), preempted=batch.preempted, batch_rows=batch.num_rows,
-            copy_tokens=batch.copy_tokens, swapped_out=batch.swapped_out, swapped_in=batch.swapped_in,
-            swap_blocks=len(batch.swap_out) + len(batch.swap_in), num_swapped=len(scheduler.swapped),
-            admission_blocked_by=batch.admission_blocked_by, **memory)
+        row = IterationRow(     # positional, in the fields' order (the hot path): start_s ... num_swapped,
+            start, duration, len(batch.prefill), sum(batch.prefill_lens), len(batch.decode),   # then the memory
+            len(batch.decode_context_lens), batch.num_seqs, held, len(scheduler.waiting), batch.preempted,
+            batch.num_rows, batch.copy_tokens, batch.swapped_out, batch.swapped_in,
+            len(batch.swap_out) + len(batch.swap_in), len(scheduler.swapped), batch.admission_blocked_by, *memory)
         return StepOutput(row, batch, advanced, finished)
 
     def fast_forward(self, may_start: Callable[[float], bool]) -> list[IterationRow]:
@@ -113,32 +119,42 @@ class Engine:
         if quiet is None:
             return []
         seqs, blocked_by = quiet
+        steps = min([s.output_len - s.generated for s in seqs]) - 1   # the step a group finishes in is an event
+        if steps <= 0 or not may_start(executor.now()):              # (quiet_decodes' own first check)
+            return []
         kv = scheduler.kv
-        steps = min(s.output_len - s.generated for s in seqs) - 1   # the step a group finishes in is an event
         takes = []                                                   # (step, group) of each block taken
         for i, seq in enumerate(seqs):
             first, period = kv.growth(seq)
+            if first >= steps:
+                continue
             if period == 0:
-                steps = min(steps, first)
+                steps = first
                 continue
             takes += [(j, i) for j in range(first, steps, period)]
+        if steps <= 0:
+            return []
         takes.sort()
         if len(takes) > kv.available_blocks:                         # the step short of a block preempts
             steps = min(steps, takes[kv.available_blocks][0])
         if steps <= 0:
             return []
         ran = executor.quiet_decodes([s.prompt_len + s.generated for s in seqs], steps, may_start)
-        rows, n, waiting, taken = [], len(seqs), len(scheduler.waiting), 0
+        rows, n, waiting, taken, memory = [], len(seqs), len(scheduler.waiting), 0, None
         for j, (start, duration, _) in enumerate(ran):
+            grew = False
             while taken < len(takes) and takes[taken][0] == j:
                 kv.append_block(seqs[takes[taken][1]])
                 taken += 1
+                grew = True
             scheduler.quiet_step()
-            rows.append(IterationRow(
-                start_s=start, duration_s=duration, prefill_seqs=0, prefill_tokens=0, decode_seqs=n,
-                decode_rows=n, batch_size=n, num_held=n, num_waiting=waiting, preempted=0, batch_rows=n,
-                copy_tokens=0, swapped_out=0, swapped_in=0, swap_blocks=0, num_swapped=0,
-                admission_blocked_by=blocked_by, **memory_fields(scheduler)))
+            if memory is None or grew:
+                memory = memory_values(scheduler)
+            else:   # no block taken: each row stored its token in a slot it held, and nothing else moved
+                unshared, allocated, token_states, reservation, internal, external, free = memory
+                memory = (unshared, allocated, token_states + n, reservation - n, internal, external, free)
+            rows.append(IterationRow(start, duration, 0, 0, n, n, n, n, waiting, 0, n, 0, 0, 0, 0, 0, blocked_by,
+                                     *memory))
         if ran:
             ends = [end for _, _, end in ran]
             for seq in seqs:

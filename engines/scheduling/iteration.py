@@ -70,10 +70,11 @@ class IterationScheduler:
         self._quiet = None
         if batch is not None:
             batch.admission_blocked_by = blocked_by
-            self._stored += batch.num_rows   # each advancing row stores the token it produces
+            rows = batch.num_rows
+            self._stored += rows             # each advancing row stores the token it produces
             self.kv.drain_into(batch)
             if (not batch.prefill and not batch.preempted and not batch.swapped_in and not self.swapped
-                    and not batch.moves and len(batch.decode) == batch.num_rows):
+                    and not batch.moves and len(batch.decode) == rows):
                 self._quiet = blocked_by
         return batch
 
@@ -186,9 +187,12 @@ class IterationScheduler:
         swapped_in = self._swap_in(seqs) if self.swapped and (not preempted or not seqs) else 0
         if not seqs:
             return None
-        contexts = []
-        for s in seqs:
-            contexts += [s.prompt_len + s.generated] * s.width
+        if self._rows == len(seqs):          # every group one row (the common case): one context each
+            contexts = [s.prompt_len + s.generated for s in seqs]
+        else:
+            contexts = []
+            for s in seqs:
+                contexts += [s.prompt_len + s.generated] * s.width
         return Batch(decode=seqs, decode_context_lens=contexts, preempted=preempted, swapped_out=swapped,
                      swapped_in=swapped_in)
 
