@@ -59,6 +59,9 @@ class Batch:
     # The paged engine's block moves in the order it decided them: ("copy" | "out" | "in", source, destination).
     moves: list[tuple[str, int, int]] = field(default_factory=list)
     admission_blocked_by: str = ""
+    # Set by a scheduler that knows it: every decode group is one row (no sample or beam group), so no decode
+    # group forks or draws beams and the loops over them for that can be skipped. False: look at each.
+    single_rows: bool = False
 
     @property
     def is_prefill(self) -> bool:

@@ -123,18 +123,15 @@ class Engine:
         if steps <= 0 or not may_start(executor.now()):              # (quiet_decodes' own first check)
             return []
         kv = scheduler.kv
-        takes = []                                                   # (step, group) of each block taken
-        for i, seq in enumerate(seqs):
-            first, period = kv.growth(seq)
-            if first >= steps:
-                continue
-            if period == 0:
-                steps = first
-                continue
-            takes += [(j, i) for j in range(first, steps, period)]
+        firsts, period = kv.growths(seqs)
+        if period == 0:                                              # no block is taken: no step past a first
+            steps = min(steps, min(firsts))
+            takes = []
+        else:                                                        # (step, group) of each block taken, in order
+            takes = sorted((j, i) for i, first in enumerate(firsts) if first < steps
+                           for j in range(first, steps, period))
         if steps <= 0:
             return []
-        takes.sort()
         if len(takes) > kv.available_blocks:                         # the step short of a block preempts
             steps = min(steps, takes[kv.available_blocks][0])
         if steps <= 0:

@@ -131,7 +131,11 @@ class BlockTables:
         """
         tables, bs, pool = self.block_tables, self.block_size, self.pool
         refs = pool.ref_counts
-        for i in range(start, len(seqs)):
+        # The groups with something to do, found in one pass: a group of several rows, or a row whose table is
+        # full (a single row with room needs nothing). Taking a block for one changes no other's test.
+        todo = [i for i in range(start, len(seqs))
+                if len(rows := tables[(seq := seqs[i]).id]) > 1 or seq.prompt_len + seq.generated >= len(rows[0]) * bs]
+        for i in todo:
             seq = seqs[i]
             length = seq.prompt_len + seq.generated
             rows = tables[seq.id]
@@ -158,10 +162,11 @@ class BlockTables:
                     self._append_block(table, seq)
         return len(seqs)
 
-    def growth(self, seq: Sequence) -> tuple[int, int]:
-        """When a single-row group's next decode steps take a block: at step offsets j0, j0 + period, ... from
-        now (j0 = slots left in its table). (`engines.engine.Engine.fast_forward`)"""
-        return len(self.block_tables[seq.id][0]) * self.block_size - seq.prompt_len - seq.generated, self.block_size
+    def growths(self, seqs: list[Sequence]) -> tuple[list[int], int]:
+        """When single-row groups' next decode steps take a block: each at step offsets j0, j0 + period, ...
+        from now (j0 = slots left in its table). (`engines.engine.Engine.fast_forward`)"""
+        tables, bs = self.block_tables, self.block_size
+        return [len(tables[s.id][0]) * bs - s.prompt_len - s.generated for s in seqs], bs
 
     @property
     def available_blocks(self) -> int:

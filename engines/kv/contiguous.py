@@ -177,9 +177,11 @@ class ContiguousKV:
                 return i
         return len(seqs)
 
-    def growth(self, seq: Sequence) -> tuple[int, int]:
-        """(steps before a single-row group's region is full, 0): a region never grows, so no step may pass it."""
-        return self.arena.regions[seq.id].requested - seq.prompt_len - seq.generated, 0
+    def growths(self, seqs: list[Sequence]) -> tuple[list[int], int]:
+        """([steps before each single-row group's region is full], 0): a region never grows, so no step may
+        pass it."""
+        regions = self.arena.regions
+        return [regions[s.id].requested - s.prompt_len - s.generated for s in seqs], 0
 
     available_blocks = 0   # a region takes nothing as it fills
 

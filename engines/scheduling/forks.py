@@ -14,7 +14,7 @@ def apply_forks(kv: KVManager, batch: Batch) -> None:
         if seq.width > 1:
             kv.share_prompt(seq)   # every row (sample or beam) continues the one prompt
             seq.parents = None
-    for seq in batch.decode:
+    for seq in () if batch.single_rows else batch.decode:
         if seq.parents is not None:
             kv.fork(seq, seq.parents)
             seq.parents = None

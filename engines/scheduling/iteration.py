@@ -187,14 +187,15 @@ class IterationScheduler:
         swapped_in = self._swap_in(seqs) if self.swapped and (not preempted or not seqs) else 0
         if not seqs:
             return None
-        if self._rows == len(seqs):          # every group one row (the common case): one context each
+        single = self._rows == len(seqs)     # every group one row (the common case): one context each
+        if single:
             contexts = [s.prompt_len + s.generated for s in seqs]
         else:
             contexts = []
             for s in seqs:
                 contexts += [s.prompt_len + s.generated] * s.width
         return Batch(decode=seqs, decode_context_lens=contexts, preempted=preempted, swapped_out=swapped,
-                     swapped_in=swapped_in)
+                     swapped_in=swapped_in, single_rows=single)
 
     def _preempt(self, seq: Sequence) -> bool:
         """Preempt `seq` by the configured rule; True if it was swapped out, False if recomputed."""

@@ -54,7 +54,7 @@ class SimExecutor:
         for seq in batch.prefill:
             if seq.beam:
                 seq.parents = [0] * seq.width
-        for seq in batch.decode:
+        for seq in () if batch.single_rows else batch.decode:
             if seq.beam:
                 seq.parents = self.beams.parents(seq.id, seq.width)
                 if seq.generated + 1 >= seq.output_len:   # its last step: its draws are done

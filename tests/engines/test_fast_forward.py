@@ -137,12 +137,12 @@ def test_each_manager_says_when_a_single_row_group_takes_its_next_block():
     paged = PagedKV(64, 4, watermark=0.0)
     assert paged.try_admit(seq)                      # 10 prompt tokens + the first produced: 3 blocks
     seq.generated = 1
-    assert paged.growth(seq) == (1, 4) and paged.available_blocks == 13
+    assert paged.growths([seq]) == ([1], 4) and paged.available_blocks == 13
     paged.append_block(seq)
     assert len(paged.table(seq)) == 4 and paged.available_blocks == 12
     region = ContiguousKV(400, Reservation.POW2, 64, "first_fit")
     assert region.try_admit(seq)                     # 10 + next_pow2(30) = 42 slots
-    assert region.growth(seq) == (42 - 11, 0) and region.available_blocks == 0
+    assert region.growths([seq]) == ([42 - 11], 0) and region.available_blocks == 0
     with pytest.raises(RuntimeError, match="never takes a block"):
         region.append_block(seq)
 
