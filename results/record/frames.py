@@ -5,7 +5,6 @@ a token (one per step; a group's rows share it): its ITLs are their gaps.
 """
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from engines.run_record import ITERATION_COLUMNS, RunRecord
@@ -16,12 +15,7 @@ REQUEST_COLUMNS = ("id", "arrival_s", "admitted_s", "first_token_s", "finish_s",
 
 def iterations_frame(record: RunRecord) -> pd.DataFrame:
     """Memory columns are token slots; `capacity_slots` is the KV budget they split."""
-    if record.iterations:      # column by column: what from_records infers (int64, float64, object), faster
-        columns = zip(*record.iterations)
-        df = pd.DataFrame({name: np.array(column, dtype=object if isinstance(column[0], str) else None)
-                           for name, column in zip(ITERATION_COLUMNS, columns)})
-    else:
-        df = pd.DataFrame.from_records(record.iterations, columns=list(ITERATION_COLUMNS))
+    df = pd.DataFrame.from_records(record.iterations, columns=list(ITERATION_COLUMNS))
     df.insert(0, "iteration", range(len(df)))
     df["capacity_slots"] = record.capacity_slots
     return df
