@@ -226,6 +226,9 @@ class ContiguousKV:
         """Nothing: no group is ever swapped out."""
         return 0
 
+    def drop_swapped(self, seq: Sequence) -> None:
+        raise RuntimeError("a contiguous KV manager never swaps a group out")
+
     def split(self, held, next_waiting: Sequence | None, stored: int | None = None) -> MemorySplit:
         """The split with `held` the sequences holding regions; `stored`, if the caller keeps it, their tokens."""
         if stored is None:

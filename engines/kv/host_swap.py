@@ -114,6 +114,15 @@ class HostSwap:
         self.cpu_tables[seq.id] = [host + row for row in rows]
         return len(kept)
 
+    def drop_swapped(self, seq: Sequence) -> None:
+        """Forget a swapped-out group (its request was dropped): its host blocks and the device references to
+        the cached prefix blocks it kept are released; nothing moves."""
+        for table in self.cpu_tables.pop(seq.id):
+            for block in table:
+                self.cpu_pool.release(block)
+        for block in self.swap_kept.pop(seq.id, []):
+            self.device.pool.release(block)     # the reference the group kept while swapped
+
     def _remap(self, tables, start: int, pool: BlockPool, kind: str, share) -> tuple[list[list[int]], int]:
         """Give each distinct block of `tables` (rows from table index `start` on) a new block of `pool`, queued
         as a `kind` move; a block met again is shared (`share(new block, index)`). The tables of new blocks,

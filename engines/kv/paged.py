@@ -39,6 +39,7 @@ class PagedKV(BlockTables):
         self.can_swap_in = self.swap.can_swap_in
         self.swap_in = self.swap.swap_in
         self.spill_kept = self.swap.spill_kept
+        self.drop_swapped = self.swap.drop_swapped
 
     @property
     def host_blocks(self) -> int:

@@ -231,7 +231,7 @@ class IterationScheduler:
 
     def abort(self, seq: Sequence, reason: str) -> bool:
         """Drop a request between steps (a server's client went away): a running group's memory is freed, a
-        waiting one leaves the queue; False for a group swapped out to the host, which is dropped once back."""
+        waiting one leaves the queue, a swapped-out one's host blocks are freed. True: nothing holds it now."""
         if seq.id in self.running:
             self._unhold(seq)
             self.kv.free(seq)
@@ -239,7 +239,8 @@ class IterationScheduler:
         elif seq in self.waiting:
             self.waiting.remove(seq)
         elif seq in self.swapped:
-            return False
+            self.swapped.remove(seq)
+            self.kv.drop_swapped(seq)
         else:
             return True              # finished, or rejected: nothing holds it
         seq.status = Status.FAILED
