@@ -83,7 +83,7 @@ class Scheduler(Protocol):
     def quiet(self) -> tuple[list[Sequence], str] | None: ...           # running groups, head's limit; or None
     def quiet_step(self) -> None: ...                                   # one quiet decode of them all
     def abort(self, seq: Sequence, reason: str) -> bool: ...            # drop it (a server's client left);
-                                                                        # False: not now (swapped out)
+                                                                        # False: not now
 
 
 class Executor(Protocol):

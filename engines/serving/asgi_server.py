@@ -25,9 +25,9 @@ write. Endpoints, as vLLM's OpenAI server's:
 Errors are vLLM's JSON (`{"error": {"message", "type", "param", "code"}}`): 400 for a bad body, 401
 without the `--api-key` (`Authorization: Bearer KEY`) when one is set, 404 for no route, 503 while the
 server stops or after its engine failed. A client that goes away, before its first token or mid-stream, has
-its request aborted: the engine frees its KV blocks before its next step (one swapped out to the host is
-dropped when it is swapped back in; static batching runs a running member to its batch's end). On SIGTERM the server takes no new request (503), ends
-every open stream with an error event that says why and `[DONE]`, and exits.
+its request aborted: the engine frees its KV blocks before its next step (the host blocks of one swapped
+out; static batching runs a running member to its batch's end). On SIGTERM the server takes no new request
+(503), ends every open stream with an error event that says why and `[DONE]`, and exits.
 """
 from __future__ import annotations
 

@@ -79,8 +79,8 @@ def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_even
     sequence that finished this iteration (after its last `on_tokens`) or
     was rejected on arrival (`seq.rejected_reason` says why). `aborts()`,
     before each step: the ids of requests to drop (their clients went away);
-    the scheduler frees each one's memory (`Scheduler.abort`; a group swapped
-    out to the host is dropped once it is back), and no callback follows.
+    the scheduler frees each one's memory (`Scheduler.abort`: a swapped-out
+    group's host blocks too), and no callback follows.
     `on_step(row, tokens)`: after each iteration, before its tokens are
     handed out, its row and the tokens it produced (a server's metrics); `on_step(None, 0)` after requests were
     dropped. `record`, when given, gets every sequence
