@@ -36,6 +36,10 @@ class BlockTables:
         self.ledger = SplitLedger(capacity, block_size)
         self.block_tables: dict[int, list[list[int]]] = {}   # request id -> one table per row
         self._cached_tokens: dict[int, int] = {}             # request id -> prefix tokens found in the cache
+        # Request id -> the `generated` count at which a single-row group's table is full (its slots less its
+        # prompt): the decode step's test without reading the table; -1 for a group of several rows (always
+        # looked at). Kept by put, take and _append_block, the only changes to a single row's length.
+        self._full_at: dict[int, int] = {}
         # Block moves for the next iteration ("copy" on write, swap "out", swap "in": source, destination) in
         # the order they were decided: a block freed by one may be the destination of a later one.
         self.moves: list[tuple[str, int, int]] = []
@@ -52,11 +56,13 @@ class BlockTables:
 
     def put(self, seq: Sequence, tables: list[list[int]]) -> None:
         self.block_tables[seq.id] = tables
+        self._full_at[seq.id] = len(tables[0]) * self.block_size - seq.prompt_len if len(tables) == 1 else -1
         self.ledger.rows_added(seq, tables)
 
     def take(self, seq: Sequence) -> list[list[int]]:
         """Remove a group's tables (their blocks still referenced: `drop_rows` releases them)."""
         self._cached_tokens.pop(seq.id, None)
+        del self._full_at[seq.id]
         return self.block_tables.pop(seq.id)
 
     def drop_rows(self, seq: Sequence, tables: list[list[int]]) -> None:
@@ -133,8 +139,8 @@ class BlockTables:
         refs = pool.ref_counts
         # The groups with something to do, found in one pass: a group of several rows, or a row whose table is
         # full (a single row with room needs nothing). Taking a block for one changes no other's test.
-        todo = [i for i in range(start, len(seqs))
-                if len(rows := tables[(seq := seqs[i]).id]) > 1 or seq.prompt_len + seq.generated >= len(rows[0]) * bs]
+        full_at = self._full_at
+        todo = [i for i in range(start, len(seqs)) if (seq := seqs[i]).generated >= full_at[seq.id]]
         for i in todo:
             seq = seqs[i]
             length = seq.prompt_len + seq.generated
@@ -165,8 +171,8 @@ class BlockTables:
     def growths(self, seqs: list[Sequence]) -> tuple[list[int], int]:
         """When single-row groups' next decode steps take a block: each at step offsets j0, j0 + period, ...
         from now (j0 = slots left in its table). (`engines.engine.Engine.fast_forward`)"""
-        tables, bs = self.block_tables, self.block_size
-        return [len(tables[s.id][0]) * bs - s.prompt_len - s.generated for s in seqs], bs
+        full_at = self._full_at
+        return [full_at[s.id] - s.generated for s in seqs], self.block_size
 
     @property
     def available_blocks(self) -> int:
@@ -180,6 +186,8 @@ class BlockTables:
     def _append_block(self, table: list[int], seq: Sequence) -> None:
         """A new block at the end of a row's table (the pool has one available)."""
         table.append(self.pool.allocate())
+        if self._full_at[seq.id] >= 0:          # a single row: full one block later
+            self._full_at[seq.id] += self.block_size
         self.ledger.row_resized(seq, len(table) - 1, len(table))
 
     def group_needs(self, rows: list[list[int]], length: int, refs: list[int] | None = None,
