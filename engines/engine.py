@@ -120,21 +120,9 @@ class Engine:
         scheduler, executor = self.scheduler, self.executor
         self.fast_finished = []
         quiet = scheduler.quiet() if executor.fast_forward else None
-        rows: list[IterationRow] = []
-        while quiet is not None:
-            finished = self._stretch(*quiet, may_start, rows)
-            if not finished:
-                break
-            self.fast_finished += finished
-            # Nothing waiting, none swapped and no arrival due: the next step decodes the groups left, as quietly.
-            quiet = scheduler.requiet() if may_start(executor.now()) else None
-        return rows
-
-    def _stretch(self, seqs: list[Sequence], blocked_by: str, may_start: Callable[[float], bool],
-                 rows: list[IterationRow]) -> list[Sequence]:
-        """One quiet stretch of `seqs` (see fast_forward), its rows appended to `rows`; the groups that finished
-        in its last step, released (none when another event ended it)."""
-        scheduler, executor = self.scheduler, self.executor
+        if quiet is None:
+            return []
+        seqs, blocked_by = quiet
         # Up to the step the first groups finish in, included: their release (as `step` does it) ends the stretch.
         steps = min([s.output_len - s.generated for s in seqs])
         if steps <= 0 or not may_start(executor.now()):              # (quiet_decodes' own first check)
@@ -154,7 +142,7 @@ class Engine:
         if steps <= 0:
             return []
         ran = executor.quiet_decodes([s.prompt_len + s.generated for s in seqs], steps, may_start)
-        n, waiting, taken, memory = len(seqs), len(scheduler.waiting), 0, None
+        rows, n, waiting, taken, memory = [], len(seqs), len(scheduler.waiting), 0, None
         for j, (start, duration, _) in enumerate(ran):
             grew = False
             while taken < len(takes) and takes[taken][0] == j:
@@ -169,13 +157,14 @@ class Engine:
                 memory = (unshared, allocated, token_states + n, reservation - n, internal, external, free)
             rows.append(IterationRow(start, duration, 0, 0, n, n, n, n, waiting, 0, n, 0, 0, 0, 0, 0, blocked_by,
                                      *memory))
-        if not ran:
-            return []
-        ends = [end for _, _, end in ran]
-        for seq in seqs:
-            seq.generated += len(ran)
-            seq.token_times_s.extend(ends)
-        finished = [seq for seq in seqs if seq.generated >= seq.output_len]    # in batch order, as `step`
-        for seq in finished:
-            seq.finish_s = ends[-1]
-        return scheduler.release_finished(finished) if finished else []
+        if ran:
+            ends = [end for _, _, end in ran]
+            for seq in seqs:
+                seq.generated += len(ran)
+                seq.token_times_s.extend(ends)
+            finished = [seq for seq in seqs if seq.generated >= seq.output_len]    # in batch order, as `step`
+            if finished:
+                for seq in finished:
+                    seq.finish_s = ends[-1]
+                self.fast_finished = scheduler.release_finished(finished)
+        return rows

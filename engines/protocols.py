@@ -81,7 +81,6 @@ class Scheduler(Protocol):
     def memory_split(self) -> MemorySplit: ...
     def release_finished(self, finished: list[Sequence]) -> list[Sequence]: ...
     def quiet(self) -> tuple[list[Sequence], str] | None: ...           # running groups, head's limit; or None
-    def requiet(self) -> tuple[list[Sequence], str] | None: ...         # quiet again after finishes, if so
     def quiet_step(self) -> None: ...                                   # one quiet decode of them all
     def abort(self, seq: Sequence, reason: str) -> bool: ...            # drop it (a server's client left);
                                                                         # False: not now

@@ -5,7 +5,7 @@
 A step is quiet when it is a decode step that preempts, copies and swaps nothing, no request finishes in it
 and no request arrives before it (since the step before): the steps `Engine.fast_forward` runs without a
 batch once a quiet step has run, and with them the step right after a quiet one that would be quiet but for
-a request finishing in it (the stretch ends there, or goes on with the groups left when nothing waits). For each run folder: its steps, the share that is quiet,
+a request finishing in it (the stretch ends there). For each run folder: its steps, the share that is quiet,
 the quiet stretches (count, mean and 90th-percentile length), and the share the fast path skips
 (`skipped_mask`): the step that opens each stretch, and every other event step, still runs in full.
 """
@@ -33,21 +33,16 @@ def quiet_mask(iterations: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
 
 
 def skipped_mask(iterations: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
-    """Per step: run by the fast path without a batch (single-row groups, nothing swapped). A step quiet, or
-    quiet but for a request finishing in it (closing), is skipped right after a quiet step, and right after a
-    skipped closing step when nothing waited or was swapped out (the stretch goes on with the groups left)."""
+    """Per step: run by the fast path without a batch (single-row groups, nothing swapped): a quiet step after
+    a quiet step, or a step after a quiet step that only a request finishing in it keeps from being quiet."""
     quiet = quiet_mask(iterations, requests)
     start = iterations["start_s"].to_numpy()
     moved = iterations[["preempted", "swapped_in", "swapped_out", "copy_tokens"]].to_numpy().any(axis=1)
     closing = (iterations["prefill_seqs"].to_numpy() == 0) & ~moved & ~quiet
     arrivals = np.searchsorted(start, requests["arrival_s"].to_numpy(), side="left")
     closing[arrivals[arrivals < len(closing)]] = False
-    idle = (iterations["num_waiting"].to_numpy() == 0) & (iterations["num_swapped"].to_numpy() == 0)
-    skipped = np.zeros(len(quiet), dtype=bool)
-    for i in range(1, len(quiet)):
-        if (quiet[i] or closing[i]) and (quiet[i - 1] or (skipped[i - 1] and closing[i - 1] and idle[i - 1])):
-            skipped[i] = True
-    return skipped
+    after_quiet = np.concatenate([[False], quiet[:-1]])
+    return after_quiet & (quiet | closing)
 
 
 def stretches(quiet: np.ndarray) -> np.ndarray:

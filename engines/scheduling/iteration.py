@@ -86,15 +86,6 @@ class IterationScheduler:
             return None
         return list(self.running.values()), self._quiet
 
-    def requiet(self) -> tuple[list[Sequence], str] | None:
-        """After quiet steps that ended with requests finishing (released), and nothing waiting or swapped:
-        the next step can only decode the groups left, one row each as before, nothing to copy: a quiet
-        decode, as `quiet` gives it; None when something waits or none is left."""
-        if self.waiting or self.swapped or not self.running:
-            return None
-        self._quiet = ""
-        return list(self.running.values()), ""
-
     def quiet_step(self) -> None:
         """One more decode step of every running group, run by the engine without a batch."""
         self._stored += self._rows

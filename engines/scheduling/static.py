@@ -114,9 +114,6 @@ class StaticScheduler:
         """No fast-forward: a static batch's finished requests stay in it as padding rows."""
         return None
 
-    def requiet(self) -> None:
-        return None          # never quiet (see quiet)
-
     def quiet_step(self) -> None:
         raise RuntimeError("a static batch has no quiet decode steps")
 

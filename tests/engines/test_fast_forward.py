@@ -111,7 +111,7 @@ def test_backend_fast_forward_must_be_a_bool():
 def test_the_fast_path_runs_every_quiet_step_but_the_first_of_each_stretch_without_a_batch(engine):
     """studies.quiet_steps counts what the fast path can skip; on one-row requests with no swapping it skips
     exactly that: every quiet step but the one that opens each stretch, and a step closing a stretch with a
-    finish (after which, with nothing waiting, the stretch goes on)."""
+    finish."""
     from studies.quiet_steps import quiet_mask, skipped_mask, stretches
 
     rng = random.Random(7)
