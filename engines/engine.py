@@ -22,17 +22,15 @@ and what to do with the output: `engines.loop.run_engine` replays a trace,
 
 `Engine.fast_forward` runs what would follow a quiet decode step (every
 running group one row, nothing preempted, copied or swapped) until the next
-event: a request arrives (the driver's `may_start` says no), a step would
-need a block that is not there, a region would fill, or a request finishes
-(that step included: its groups are released as `step` releases them, and
-`fast_finished` lists them). Those steps repeat the last batch with every
-context one token longer, so their times come from the cost model in closed
-form (`Executor.quiet_decodes`), their blocks are taken in the step-by-step
-order, and each gets its row and split as `step` would record them (the
-split read after each step that took a block; in a step that took none,
-only the stored tokens moved: the row before's token states plus one per
-row, its reservation less as much); the sequences get their tokens at the
-end. The same run, step for step (`backend.fast_forward=false` keeps the
+event: a request arrives (the driver's `may_start` says no) or finishes, a
+step would need a block that is not there, or a region would fill. Those
+steps repeat the last batch with every context one token longer, so their
+times come from the cost model in closed form (`Executor.quiet_decodes`),
+their blocks are taken in the step-by-step order, and each gets its row and
+split as `step` would record them (the split read after each step that took
+a block; in a step that took none, only the stored tokens moved: the row
+before's token states plus one per row, its reservation less as much); the
+sequences get their tokens at the end. The same run, step for step (`backend.fast_forward=false` keeps the
 step-by-step path; tests/engines/test_fast_forward.py holds the two equal).
 """
 from __future__ import annotations
@@ -79,7 +77,6 @@ class Engine:
     def __init__(self, scheduler: Scheduler, executor: Executor):
         self.scheduler = scheduler
         self.executor = executor
-        self.fast_finished: list[Sequence] = []     # the groups the last fast_forward finished (and freed)
 
     def add(self, request: Request, now: float) -> tuple[Sequence, bool]:
         """Queue an arrived request as a sequence; False when it was rejected (it can never run: its
@@ -118,13 +115,11 @@ class Engine:
         """After a quiet decode step: run the steps that repeat it while `may_start(clock)` holds and no event
         comes (see the module's docstring); their rows (none if the engine is not in a quiet stretch)."""
         scheduler, executor = self.scheduler, self.executor
-        self.fast_finished = []
         quiet = scheduler.quiet() if executor.fast_forward else None
         if quiet is None:
             return []
         seqs, blocked_by = quiet
-        # Up to the step the first groups finish in, included: their release (as `step` does it) ends the stretch.
-        steps = min([s.output_len - s.generated for s in seqs])
+        steps = min([s.output_len - s.generated for s in seqs]) - 1   # the step a group finishes in is an event
         if steps <= 0 or not may_start(executor.now()):              # (quiet_decodes' own first check)
             return []
         kv = scheduler.kv
@@ -162,9 +157,4 @@ class Engine:
             for seq in seqs:
                 seq.generated += len(ran)
                 seq.token_times_s.extend(ends)
-            finished = [seq for seq in seqs if seq.generated >= seq.output_len]    # in batch order, as `step`
-            if finished:
-                for seq in finished:
-                    seq.finish_s = ends[-1]
-                self.fast_finished = scheduler.release_finished(finished)
         return rows

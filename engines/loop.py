@@ -85,8 +85,8 @@ def run_engine(requests: list[Request], scheduler: Scheduler, executor: Executor
             tokens += row.batch_rows
             if on_iteration is not None:
                 on_iteration(row)
-        if out.finished or engine.fast_finished:
-            bar.update(len(out.finished) + len(engine.fast_finished))
+        if out.finished:
+            bar.update(len(out.finished))
         if not bar.disable and time.perf_counter() - shown_at > PROGRESS_EVERY_S:
             wall, end = time.perf_counter(), executor.now()
             elapsed = end - shown_clock if sim else wall - shown_at

@@ -4,10 +4,9 @@
 
 A step is quiet when it is a decode step that preempts, copies and swaps nothing, no request finishes in it
 and no request arrives before it (since the step before): the steps `Engine.fast_forward` runs without a
-batch once a quiet step has run, and with them the step right after a quiet one that would be quiet but for
-a request finishing in it (the stretch ends there). For each run folder: its steps, the share that is quiet,
-the quiet stretches (count, mean and 90th-percentile length), and the share the fast path skips
-(`skipped_mask`): the step that opens each stretch, and every other event step, still runs in full.
+batch once a quiet step has run. For each run folder: its steps, the share that is quiet, and the quiet
+stretches (count, mean and 90th-percentile length). The stretches bound what the fast path saves: the step
+that opens each stretch, and every event step, still runs in full.
 """
 from __future__ import annotations
 
@@ -32,19 +31,6 @@ def quiet_mask(iterations: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
     return quiet
 
 
-def skipped_mask(iterations: pd.DataFrame, requests: pd.DataFrame) -> np.ndarray:
-    """Per step: run by the fast path without a batch (single-row groups, nothing swapped): a quiet step after
-    a quiet step, or a step after a quiet step that only a request finishing in it keeps from being quiet."""
-    quiet = quiet_mask(iterations, requests)
-    start = iterations["start_s"].to_numpy()
-    moved = iterations[["preempted", "swapped_in", "swapped_out", "copy_tokens"]].to_numpy().any(axis=1)
-    closing = (iterations["prefill_seqs"].to_numpy() == 0) & ~moved & ~quiet
-    arrivals = np.searchsorted(start, requests["arrival_s"].to_numpy(), side="left")
-    closing[arrivals[arrivals < len(closing)]] = False
-    after_quiet = np.concatenate([[False], quiet[:-1]])
-    return after_quiet & (quiet | closing)
-
-
 def stretches(quiet: np.ndarray) -> np.ndarray:
     """Lengths of the runs of consecutive quiet steps."""
     padded = np.concatenate([[False], quiet, [False]]).astype(np.int8)
@@ -56,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m studies.quiet_steps", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (iterations.parquet, requests.parquet)")
     args = parser.parse_args(argv)
-    print(f"{'run':<40} {'steps':>8} {'quiet':>6} {'stretches':>9} {'mean':>6} {'p90':>6} {'skipped':>7}")
+    print(f"{'run':<40} {'steps':>8} {'quiet':>6} {'stretches':>9} {'mean':>6} {'p90':>6}")
     for run in args.runs:
         try:
             iterations = pd.read_parquet(run / "iterations.parquet")
@@ -66,9 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         quiet = quiet_mask(iterations, requests)
         runs = stretches(quiet)
         mean, p90 = (runs.mean(), np.percentile(runs, 90)) if len(runs) else (0.0, 0.0)
-        skipped = skipped_mask(iterations, requests).mean() if len(quiet) else 0
         print(f"{str(run)[-40:]:<40} {len(quiet):>8,} {quiet.mean() if len(quiet) else 0:>6.0%} {len(runs):>9,} "
-              f"{mean:>6.1f} {p90:>6.1f} {skipped:>7.0%}")
+              f"{mean:>6.1f} {p90:>6.1f}")
     return 0
 
 
