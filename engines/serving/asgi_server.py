@@ -13,8 +13,9 @@ write. Endpoints, as vLLM's OpenAI server's:
   `stream_options.include_usage` a usage chunk with `"choices": []` before it; a chat stream opens with a
   chunk that only names the role) or whole. A response ends when the engine says the request finished.
   Our engines generate exactly `max_tokens` (EOS is never a stop: `ignore_eos` is implied), so
-  finish_reason is "length"; without `max_tokens` (`max_completion_tokens` for chat) a request gets the rest of the context,
-  `max_seq_len` - its prompt, as vLLM gives it. `logprobs` is refused with a 400 (not computed).
+  finish_reason is "length"; without `max_tokens` (`max_completion_tokens` for chat) a request gets the
+  rest of the context, `max_seq_len` - its prompt, as vLLM gives it. `logprobs` is refused with a 400 (not
+  computed).
 - GET /v1/models (each model's `root`, as `vllm bench serve` reads it), /health, /ping, /version;
   POST /tokenize and /detokenize (the server's tokenizer).
 - GET /metrics: Prometheus text (`prometheus_client`): running, waiting and swapped requests, KV usage

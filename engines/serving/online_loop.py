@@ -82,11 +82,12 @@ def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_even
     the scheduler frees each one's memory (`Scheduler.abort`: a swapped-out
     group's host blocks too), and no callback follows.
     `on_step(row, tokens)`: after each iteration, before its tokens are
-    handed out, its row and the tokens it produced (a server's metrics); `on_step(None, 0)` after requests were
-    dropped. `record`, when given, gets every sequence
-    and one `IterationRow` per iteration, as run_engine's; None keeps nothing
-    (a long-lived server's memory stays flat). The callbacks run on this
-    thread: they must be quick and must not raise.
+    handed out, its row and the tokens it produced (a server's metrics);
+    `on_step(None, 0)` after requests were dropped. `record`, when given,
+    gets every sequence and one `IterationRow` per iteration, as
+    run_engine's; None keeps nothing (a long-lived server's memory stays
+    flat). The callbacks run on this thread: they must be quick and must
+    not raise.
     """
     engine = Engine(scheduler, executor)
     live: dict[int, Sequence] = {}        # request id -> its sequence, until it finishes or is dropped
