@@ -16,7 +16,7 @@ if [ ! -f "$DIR/venv/.ready" ]; then
     rm -rf "$DIR/venv"
     "$PYTHON" -m venv "$DIR/venv"
     "$DIR/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        "torch>=2.4,<2.14" triton "transformers>=5.0,<6" numpy 2> >(grep -v "is ignored: it is neither" >&2)
+        "torch>=2.4,<2.14" triton "transformers>=5.0,<5.25" numpy 2> >(grep -v "is ignored: it is neither" >&2)
     touch "$DIR/venv/.ready"
 fi
 PYVER=$("$DIR/venv/bin/python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')

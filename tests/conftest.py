@@ -12,3 +12,17 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
+
+
+def _others_named_kernels() -> list[str]:
+    """Installed distributions, other than pagedbench, that ship a top-level `kernels` package."""
+    from importlib.metadata import packages_distributions
+    return sorted(set(packages_distributions().get("kernels", ())) - {"pagedbench"})
+
+
+if _others_named_kernels():
+    import pytest
+    pytest.exit(f"this environment has {', '.join(_others_named_kernels())}, a distribution whose import name is "
+                "`kernels`, as is pagedbench's own kernels/ package: transformers >= 5.25 requires it and then "
+                "imports ours in its place. Install with the pins of pyproject.toml (transformers < 5.25), or "
+                "`pip uninstall kernels`.", returncode=4)
