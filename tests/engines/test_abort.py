@@ -7,6 +7,7 @@ from engines.build import build_scheduler
 from engines.config import ContiguousEngineConfig, PagedEngineConfig, SchedulerLimits
 from engines.engine import Engine
 from engines.sequence import Status
+from tests.engines.conftest import UnitExecutor
 from workloads.request import Request
 
 LIMITS = SchedulerLimits(max_num_seqs=16, max_num_batched_tokens=256, max_seq_len=256)
@@ -14,29 +15,12 @@ HOST_BLOCKS = 16
 BYTES_PER_SLOT = 2**30 // (4 * HOST_BLOCKS)        # a 1 GiB swap space of 16 blocks of 4 slots
 
 
-class Clock:
-    """One second an iteration."""
-
-    name = "unit"
-    fast_forward = False
-
-    def __init__(self):
-        self.clock = 0.0
-
-    def now(self):
-        return self.clock
-
-    def execute(self, batch):
-        self.clock += 1.0
-        return 1.0
-
-
 @pytest.mark.parametrize("n, prefix", [(1, False), (2, False), (1, True)],
                          ids=["one row", "two samples sharing the prompt", "a cached prefix kept on the device"])
 def test_a_swapped_out_request_is_dropped_at_once_and_its_host_blocks_freed(n, prefix):
     engine_config = PagedEngineConfig(block_size=4, watermark=0.0, preemption="swap", swap_space=1.0)
     scheduler = build_scheduler(engine_config, LIMITS, 64, BYTES_PER_SLOT)
-    kv, executor = scheduler.kv, Clock()
+    kv, executor = scheduler.kv, UnitExecutor()
     engine = Engine(scheduler, executor)
     output_len = 16 if n > 1 else 40                   # a group must fit the pool alone: 2 x 7 blocks of 4
     seqs = []
@@ -65,7 +49,7 @@ def test_a_swapped_out_request_is_dropped_at_once_and_its_host_blocks_freed(n, p
 
 def test_a_running_or_waiting_request_is_dropped_and_its_memory_freed():
     scheduler = build_scheduler(PagedEngineConfig(block_size=4, watermark=0.0, swap_space=0), LIMITS, 64)
-    executor = Clock()
+    executor = UnitExecutor()
     engine = Engine(scheduler, executor)
     running, waiting = (engine.add(Request(i, 0.0, tuple(range(40)), 20), 0.0)[0] for i in range(2))
     engine.step(0.0)                                   # the first is prefilled; the second does not fit
@@ -77,7 +61,7 @@ def test_a_running_or_waiting_request_is_dropped_and_its_memory_freed():
 
 def test_static_batching_drops_a_waiting_request_and_runs_a_batch_member_on():
     scheduler = build_scheduler(ContiguousEngineConfig("static"), LIMITS, 300)
-    engine = Engine(scheduler, Clock())
+    engine = Engine(scheduler, UnitExecutor())
     member, queued = (engine.add(Request(i, 0.0, tuple(range(10)), 5), 0.0)[0] for i in range(2))
     engine.step(0.0)
     if queued in scheduler.waiting:
