@@ -4,7 +4,9 @@ Triton reads TRITON_INTERPRET when it is first imported and when a kernel is
 decorated, and importing transformers (any module of the real backend) may
 import triton. So without a GPU the variable is set here, in the root
 conftest, which pytest loads before any test module: the Triton kernels then
-run under the interpreter in every test that calls them.
+run under the interpreter in every test that calls them. It also stops the
+suite at once where another distribution ships a top-level `kernels`
+package (transformers >= 5.25 requires one), which would shadow ours.
 """
 import os
 
@@ -20,9 +22,10 @@ def _others_named_kernels() -> list[str]:
     return sorted(set(packages_distributions().get("kernels", ())) - {"pagedbench"})
 
 
-if _others_named_kernels():
+_OTHERS = _others_named_kernels()
+if _OTHERS:
     import pytest
-    pytest.exit(f"this environment has {', '.join(_others_named_kernels())}, a distribution whose import name is "
+    pytest.exit(f"this environment has {', '.join(_OTHERS)}, a distribution whose import name is "
                 "`kernels`, as is pagedbench's own kernels/ package: transformers >= 5.25 requires it and then "
                 "imports ours in its place. Install with the pins of pyproject.toml (transformers < 5.25), or "
                 "`pip uninstall kernels`.", returncode=4)
