@@ -21,6 +21,13 @@ PAGEDBENCH_RESULT_SCOPE names another (the report's build sets it for its sim st
 The hash is over each file's path and bytes as they are on disk (uncommitted changes included: a dirty tree
 has its own hash), in a git checkout the files git tracks or would track under these paths, elsewhere every
 file under them but caches.
+
+`digests_at(commit)` computes the same hashes from a commit's tree in git's history (no checkout), so a scope
+defined, or narrowed, after some records were made still applies to them: records made at a commit whose tree
+has the code the records name are current in a scope when that commit's hash in the scope is this checkout's
+(`results.report.current`).
+
+    python -m results.record.result_code --at 4552d99   # a commit's hash in every scope
 """
 from __future__ import annotations
 
@@ -91,9 +98,22 @@ def files(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS, scope: str =
 def digests(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS) -> dict[str, str]:
     """The hash of `root` in every scope ({"all": ..., "sim": ...}): each file of `files(root, paths)` is read
     once and its path and bytes go, in order, into the hash of every scope that keeps it."""
+    return _hash_entries((name, (Path(root) / name).read_bytes()) for name in files(root, paths))
+
+
+def digest(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS, scope: str = "all") -> str:
+    """The hash of `files(root, paths, scope)`: each one's path and bytes, in order."""
+    return digests(root, paths)[scope]
+
+
+class NotInHistory(LookupError):
+    """A commit this clone's git history does not hold (a shallow clone, or another repository's)."""
+
+
+def _hash_entries(entries) -> dict[str, str]:
+    """The hash in every scope of (path, bytes) pairs sorted by path (what `digests` and `digests_at` feed)."""
     hashes = {scope: hashlib.sha256() for scope in SCOPES}
-    for name in files(root, paths):
-        data = (Path(root) / name).read_bytes()
+    for name, data in entries:
         entry = name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data
         for scope, h in hashes.items():
             if not _outside(name, SCOPES[scope]):
@@ -101,9 +121,40 @@ def digests(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS) -> dict[st
     return {scope: h.hexdigest()[:LENGTH] for scope, h in hashes.items()}
 
 
-def digest(root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS, scope: str = "all") -> str:
-    """The hash of `files(root, paths, scope)`: each one's path and bytes, in order."""
-    return digests(root, paths)[scope]
+@functools.cache
+def _digests_at(root: Path, commit: str, paths: tuple[str, ...]) -> dict[str, str]:
+    def git(*args: str, stdin: bytes | None = None) -> bytes:
+        done = subprocess.run(["git", *args], cwd=root, input=stdin, capture_output=True, timeout=120)
+        if done.returncode != 0:
+            raise NotInHistory(f"commit {commit} is not in the git history of {root} "
+                               f"({done.stderr.decode(errors='replace').strip() or 'git failed'})")
+        return done.stdout
+
+    full = git("rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}").decode().strip()
+    blobs = []      # (path, object id) of each file under `paths`, as `git ls-files` lists them: by path
+    for line in git("ls-tree", "-r", "-z", "--full-tree", full, "--", *paths).split(b"\0"):
+        if not line:
+            continue
+        meta, name = line.split(b"\t", 1)
+        mode, kind, oid = meta.split()
+        if kind == b"blob" and mode != b"120000":   # a symlink's target is not its bytes on disk: not a file
+            blobs.append((name.decode(), oid.decode()))
+    blobs.sort()
+    out = git("cat-file", "--batch", stdin="".join(f"{oid}\n" for _, oid in blobs).encode())
+    entries, at = [], 0
+    for name, oid in blobs:
+        end = out.index(b"\n", at)
+        header = out[at:end].split()
+        size = int(header[2])
+        entries.append((name, out[end + 1:end + 1 + size]))
+        at = end + 1 + size + 1
+    return _hash_entries(entries)
+
+
+def digests_at(commit: str, root: Path = ROOT, paths: tuple[str, ...] = RESULT_PATHS) -> dict[str, str]:
+    """The hash in every scope of the files under `paths` in `commit`'s tree, read from git's history, as
+    `digests` would compute it on a clean checkout of that commit; NotInHistory when the clone lacks it."""
+    return dict(_digests_at(Path(root), str(commit), tuple(paths)))
 
 
 @functools.cache
@@ -138,7 +189,17 @@ def main(argv: list[str] | None = None) -> int:
                                      description="The hash of the code and data results depend on.")
     parser.add_argument("--scope", choices=list(SCOPES), default="all",
                         help="all: every file below; sim: without what no sim run imports")
+    parser.add_argument("--at", metavar="COMMIT", help="the hash of a commit's tree in git's history, in every scope")
     args = parser.parse_args(argv)
+    if args.at:
+        try:
+            codes = digests_at(args.at)
+        except NotInHistory as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        for scope, code in codes.items():
+            print(f"{code}  {scope}")
+        return 0
     names = files(scope=args.scope)
     print(result_code(args.scope), flush=True)
     left_out = f", less {len(SCOPES[args.scope])} paths no sim run imports" if SCOPES[args.scope] else ""

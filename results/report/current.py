@@ -7,7 +7,13 @@ The report ends with "Records behind this report": one row per step of the build
 its records and whether it was the code that rendered it. A report is current when every row's code is this
 checkout's in the row's step's scope (`python -m results.record.result_code [--scope sim]`; a row at this
 checkout's whole code is current in any scope) and every step of the build has a row; otherwise each
-stale or missing row names its section and the command that rebuilds it. An engine fix thus lands with its re-run, or this check (a test of the suite) says
+stale or missing row names its section and the command that rebuilds it.
+
+A row whose code is not this checkout's is still current when the commits that made its records say so: each
+commit's tree, read from git's history (`results.record.result_code.digests_at`), has the row's code in the
+row's scope (so that tree made them, not an uncommitted edit) and this checkout's code in the step's scope
+now (so nothing the step can run changed since). A scope defined or narrowed after the records were made thus
+applies to them; a clone without those commits (a shallow one) reads such rows as stale. An engine fix thus lands with its re-run, or this check (a test of the suite) says
 which parts of the shipped report it leaves behind.
 """
 from __future__ import annotations
@@ -18,7 +24,7 @@ from pathlib import Path
 import sys
 
 from paths import REPORT
-from results.record.result_code import scope_codes
+from results.record.result_code import NotInHistory, SCOPES, digests_at, scope_codes
 from results.report.steps import Step, load_steps
 
 RECORDS_HEADING = "## Records behind this report"
@@ -49,15 +55,37 @@ def records_rows(text: str) -> list[list[str]]:
     return [r for r in rows if len(r) >= 6]
 
 
-def stale_sections(text: str, codes: dict[str, str], steps: list[Step] | None = None) -> list[Stale]:
-    """Every step of the report `text` whose records are not all of one result code of `codes` (scope -> code,
-    `scope_codes()`): its step's scope's (docs/report/steps.yaml `code`; a step the file no longer has: all)
-    or the whole code's."""
+def split(cell: str) -> list[str]:
+    """A table cell's comma-separated list ("-" and "unknown" hold none)."""
+    return [c.strip() for c in cell.split(",") if c.strip() and c.strip() not in ("-", "unknown")]
+
+
+def current_at(made: list[str], commits: list[str], made_scope: str, scope: str, codes: dict[str, str],
+               at=digests_at) -> bool:
+    """Whether records of result code `made` (in `made_scope`) made at `commits` are current in `scope` for a
+    checkout of `codes` (scope -> code): at once when `made` is this code in `scope` or in the whole code; else
+    when every commit's tree (`at(commit)`: its hash in every scope) has `made` in `made_scope` and `codes`'s
+    code in `scope`."""
+    if made in ([codes[scope]], [codes["all"]]):
+        return True
+    if len(made) != 1 or not commits or made_scope not in SCOPES:
+        return False
+    try:
+        trees = [at(commit) for commit in commits]
+    except NotInHistory:
+        return False
+    return all(tree[made_scope] == made[0] and tree[scope] == codes[scope] for tree in trees)
+
+
+def stale_sections(text: str, codes: dict[str, str], steps: list[Step] | None = None, at=digests_at) -> list[Stale]:
+    """Every step of the report `text` whose records are not current (`current_at`) in its step's scope
+    (docs/report/steps.yaml `code`; a step the file no longer has: all) for a checkout of `codes` (scope ->
+    code, `scope_codes()`); `at`: a commit's hash in every scope."""
     scope = {s.name: s.code for s in (steps if steps is not None else load_steps())}
     stale = []
-    for step, section, _runs, made, _commits, *_ in records_rows(text):
-        made_by = [c.strip() for c in made.split(",")]
-        if made_by not in ([codes[scope.get(step, "all")]], [codes["all"]]):
+    for step, section, _runs, made, commits, _this, *rest in records_rows(text):
+        made_scope = rest[0] if rest else "all"
+        if not current_at(split(made), split(commits), made_scope, scope.get(step, "all"), codes, at):
             stale.append(Stale(step, section, made, f"python -m results.report.build --steps {step}"))
     return stale
 

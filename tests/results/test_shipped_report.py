@@ -2,6 +2,8 @@
 result-affecting code in the step's scope (the sim's steps: what a sim run imports; the others: all of it). An
 engine fix that moves a number lands with its re-run (`make report`), or this test names each section it leaves
 stale and the command that rebuilds it."""
+import pytest
+
 from paths import REPORT
 from results.record.result_code import scope_codes
 from results.report import current
@@ -24,3 +26,20 @@ def test_the_readmes_results_come_from_the_same_code():
     made = block_code(README.read_text())
     assert made is not None and set(made.split(", ")) <= {codes["all"], codes["sim"]}, (
         "README.md's results block was not written from this code's records: `make report` rewrites it")
+
+
+def test_each_row_of_the_shipped_report_names_commits_whose_trees_have_its_code():
+    """The commits a row of "Records behind this report" names are the trees that made its records: each one's
+    hash in the row's scope, read from git's history, is the row's code (what lets a narrower scope, defined
+    later, judge them); a clone without that history skips this."""
+    from results.record.result_code import NotInHistory, digests_at
+
+    rows = current.records_rows(REPORT.read_text())
+    assert rows
+    for step, _section, _runs, made, commits, _this, scope, *_ in rows:
+        for commit in current.split(commits):
+            try:
+                tree = digests_at(commit)
+            except NotInHistory as err:
+                pytest.skip(str(err))
+            assert current.split(made) == [tree[scope]], f"step {step}: commit {commit} has code {tree[scope]}"
