@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install run test report report-quick bench bench-compare mutation device-rehearsal clean
+.PHONY: install run test report report-update report-quick bench bench-compare mutation device-rehearsal clean
 
 install: $(VENV)/.installed
 
@@ -33,6 +33,11 @@ report: install
 
 report-quick: install
 	$(PY) -m results.report.build --quick $(REPORT_ARGS)
+
+# Only what this code changed since docs/REPORT.md: each section whose steps are all current there (made by this
+# code in each step's scope, read at the commits that made them) is kept with its figures, its steps not run.
+report-update: install
+	$(PY) -m results.report.build --update $(REPORT_ARGS)
 
 # The GPU check's dry run in an environment holding only torch, triton, transformers and numpy.
 device-rehearsal:

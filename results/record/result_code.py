@@ -14,6 +14,8 @@ A scope narrows the hash to what one kind of run can execute. `sim` leaves out t
 simulated backend imports (`SIM_UNUSED`: the real backend, the server, the kernels, the HTTP and
 transformers peers, the studies the report's sim steps do not run; tests/results/test_result_scope.py
 checks each against what sim runs import), so that a change to the server leaves the sim's records
+current. `nosearch` leaves out the capacity search (`SEARCH_ONLY`), which a run at fixed rates never runs,
+and `sim_nosearch` both, so that a change to the search leaves the records of the steps that do not search
 current. A run records the code of the scope it ran under: `all` unless the environment variable
 PAGEDBENCH_RESULT_SCOPE names another (the report's build sets it for its sim steps, docs/report/steps.yaml
 `code: sim`). A record at the `all` code of this checkout is current in every scope.
@@ -52,7 +54,13 @@ SIM_UNUSED = ("engines/real", "engines/serving", "kernels", "engines/peers/http_
               "studies/memory_plan.py", "studies/peers.py", "studies/profile.py", "studies/quiet_steps.py",
               "studies/replay.py", "studies/replay_compare.py", "studies/replay_runs.py", "studies/row_log.py",
               "studies/swap_bench.py", "studies/swap_cost.py")
-SCOPES = {"all": (), "sim": SIM_UNUSED}      # scope -> what it leaves out of RESULT_PATHS
+# Under RESULT_PATHS, what only a capacity search runs: the search, Hydra's sweeper plugin that drives it and the
+# sweeper's config. Hydra imports its plugins in every run.py process, so a run at fixed rates imports these
+# files but runs none of their code (tests/results/test_result_scope.py traces such runs).
+SEARCH_ONLY = ("results/sweeps/capacity.py", "hydra_plugins", "conf/hydra/sweeper/capacity.yaml")
+# scope -> what it leaves out of RESULT_PATHS: all; sim (a run of the simulated backend); nosearch (runs at fixed
+# rates, no capacity search); sim_nosearch (both)
+SCOPES = {"all": (), "sim": SIM_UNUSED, "nosearch": SEARCH_ONLY, "sim_nosearch": SIM_UNUSED + SEARCH_ONLY}
 SCOPE_ENV = "PAGEDBENCH_RESULT_SCOPE"
 LENGTH = 12      # hex digits shown and stored: 48 bits, plenty to tell a few hundred code states apart
 SKIPPED_PARTS = ("__pycache__",)
@@ -167,6 +175,11 @@ def scope_codes(root: Path = ROOT) -> dict[str, str]:
     return dict(_codes()) if Path(root) == ROOT else digests(root)
 
 
+def narrower(codes: dict[str, str]) -> str:
+    """The codes of the scopes narrower than the whole, as a reader reads them: "3e89806aa0d6 in scope sim, ..."."""
+    return ", ".join(f"{code} in scope {scope}" for scope, code in codes.items() if scope != "all")
+
+
 def scope_of_environment() -> str:
     """The scope PAGEDBENCH_RESULT_SCOPE names ("all" when unset)."""
     scope = os.environ.get(SCOPE_ENV) or "all"
@@ -188,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m results.record.result_code",
                                      description="The hash of the code and data results depend on.")
     parser.add_argument("--scope", choices=list(SCOPES), default="all",
-                        help="all: every file below; sim: without what no sim run imports")
+                        help="all: every file below; sim: without what no sim run imports; nosearch: without the "
+                             "capacity search; sim_nosearch: without both")
     parser.add_argument("--at", metavar="COMMIT", help="the hash of a commit's tree in git's history, in every scope")
     args = parser.parse_args(argv)
     if args.at:
@@ -202,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     names = files(scope=args.scope)
     print(result_code(args.scope), flush=True)
-    left_out = f", less {len(SCOPES[args.scope])} paths no sim run imports" if SCOPES[args.scope] else ""
+    left_out = f", less {len(SCOPES[args.scope])} paths the scope leaves out" if SCOPES[args.scope] else ""
     print(f"over {len(names)} files under {', '.join(RESULT_PATHS)}{left_out}", file=sys.stderr)
     return 0
 

@@ -17,6 +17,7 @@ from results.report.replay_table import format_table, misses, targets
 from results.report.markdown import num, pct, table
 from results.report.paper_sections import ENGINES
 from results.report.template import render
+from results.report.read import read_parquet
 
 
 def calibration_note(replay_dir: Path) -> str:
@@ -105,7 +106,7 @@ def section_real(folder: Path, static_reference: Path | None = None, hf_generate
 
 def step_times(folder: Path) -> list[list[str]]:
     """Decode step time by batch size, over the decode iterations of every real run in `folder`."""
-    frames = [pd.read_parquet(p) for p in sorted(folder.glob("*/iterations.parquet"))]
+    frames = [read_parquet(p) for p in sorted(folder.glob("*/iterations.parquet"))]
     if not frames:
         return []
     df = pd.concat(frames, ignore_index=True)

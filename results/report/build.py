@@ -6,6 +6,7 @@
     python -m results.report.build --launcher slurm   # the sim sweeps on a SLURM cluster (conf/hydra/launcher)
     python -m results.report.build --list          # the steps, their commands and whether their records are current
     python -m results.report.build --steps capacity,chat   # only these steps, then render
+    python -m results.report.build --update        # make report-update: only what this code changed since the report
 
 Each step's records go to one folder under the records' root (`results.report.steps`). A step is skipped
 when its folder's stamp says it finished with the same command at this checkout's result-affecting code in
@@ -22,6 +23,14 @@ reported with the end of its log and the build goes on: the report then holds th
 records and lists the rest, and the shipped report is not replaced. The time of every step and section is
 printed at the end, and kept in ROOT/build.json. Writing the shipped report also rewrites the README's
 results block from the same records (`results.report.headline`).
+
+`--update` (`make report-update`) rebuilds only what the checkout changed since the report it writes over
+(docs/REPORT.md, or the quick build's): a section of that report is kept, with its figures and its records'
+rows, when every step that feeds it (steps.yaml `section` and `also`) is current there (`results.report.current`:
+made by this code in the step's scope, read at the commits that made them where the code differs), and its
+steps are not run; every other section is made again, and so are all the steps that feed it. The README's
+results block is a section of its own (the headline steps). So a fix to the real backend reruns the timed steps
+and leaves the sim's sections as they are, on a clean clone too.
 """
 from __future__ import annotations
 
@@ -35,13 +44,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING
 
 from paths import OUTPUTS, REPORT, ROOT
 from results.record import provenance
-from results.record.result_code import SCOPE_ENV, digest, scope_codes
+from results.record.result_code import SCOPE_ENV, digest, narrower, scope_codes
 from results.record.store import atomic_write
 from results.report.section import shown
 from results.report.steps import Step, load_steps, read_stamp, write_stamp
+
+if TYPE_CHECKING:
+    from results.report.write import Earlier
 
 FULL_ROOT = OUTPUTS
 QUICK_ROOT = OUTPUTS / "report-quick"
@@ -160,22 +173,57 @@ def times_table(stamps: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def render(root: Path, out: Path, complete_or_fail: bool = False) -> int:
+def needed(earlier: Earlier, steps: list[Step]) -> set[str]:
+    """The steps an update must run: those not current in the `earlier` report, and every step that feeds a
+    part (a section, or the README's results block) that one of them feeds, until no part is half made from
+    records run again; and all the steps of a section the earlier report lacks."""
+    from results.report.headline import HEADLINE_STEPS
+
+    names = {s.name for s in steps}
+    sections = {x for step in steps for x in (step.section, *step.also)}
+    feeding = {x: {step.name for step in steps if x in (step.section, *step.also)} for x in sections}
+    need = names - earlier.current()
+    for section, part in feeding.items():
+        if earlier.heading(section) is None:
+            need |= part
+    parts = [*feeding.values(), set(HEADLINE_STEPS) & names]
+    grown = True
+    while grown:
+        grown = False
+        for part in parts:
+            if part & need and not part <= need:
+                need |= part
+                grown = True
+    return need
+
+
+def render(root: Path, out: Path, complete_or_fail: bool = False, earlier: Earlier | None = None) -> int:
     """The report from the records under `root` (as `python -m results.report` renders it, from this build's
-    folders). With `complete_or_fail` (the quick build) every part must have records and every section must
-    come from this checkout's result code, else 1; 2 when nothing could be written."""
+    folders), with the sections of `earlier` it keeps (`--update`). With `complete_or_fail` (the quick build)
+    every part must have records, every section must come from this checkout's result code, and no section may
+    read a step steps.yaml does not give it, else 1; 2 when nothing could be written."""
     from results.report.current import stale_sections
+    from results.report.headline import HEADLINE_STEPS
+    from results.report.reads import undeclared
     from results.report.write import compose, publish
 
     experiments = root / "experiments"
     with tempfile.TemporaryDirectory() as figures:
         report = compose(experiments, experiments / "real_cpu", Path(figures), root / "replay", root / "swap_bench",
-                         root / "peers")
+                         root / "peers", earlier=earlier)
         if publish(report, Path(figures), out) is None:
             return 2
     if Path(out).resolve() == REPORT.resolve():
         from results.report.headline import after_shipped_report
-        after_shipped_report(root)
+        absent = [name for name in HEADLINE_STEPS if not step_named(name).folder(root).is_dir()]
+        if earlier is not None and absent:
+            print(f"the README's results block is kept: its steps ({', '.join(absent)} among them) are current in the "
+                  "earlier report and were not run")
+        else:
+            after_shipped_report(root)
+    misread = undeclared(report.reads, load_steps())
+    for line in misread:
+        print(f"{'error' if complete_or_fail else 'warning'}: {line}", file=sys.stderr)
     if not complete_or_fail:
         return 0
     stale = stale_sections(report.text, scope_codes())
@@ -183,7 +231,11 @@ def render(root: Path, out: Path, complete_or_fail: bool = False) -> int:
         print(f"error: stale records: {s}", file=sys.stderr)
     if report.not_run:
         print(f"error: {len(report.not_run)} parts of the quick report have no records (listed above)", file=sys.stderr)
-    return 1 if stale or report.not_run else 0
+    return 1 if stale or report.not_run or misread else 0
+
+
+def step_named(name: str) -> Step:
+    return next(s for s in load_steps() if s.name == name)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
                                         "from whatever records are current")
     parser.add_argument("--list", action="store_true", help="list the steps and whether their records are current")
     parser.add_argument("--render-only", action="store_true", help="run nothing: render from the records there are")
+    parser.add_argument("--update", action="store_true",
+                        help="only what this code changed: keep each section of the report written over whose steps "
+                             "are all current there (read at the commits that made them), and skip those steps")
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be a positive count of processes, got {args.jobs}")
@@ -224,7 +279,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{step.name:<24} {kind:<13} {state:<8} {step.shown(root, args.quick)}")
         return 0
     chosen = [s for s in order(steps) if not args.steps or s.name in names]
-    print(f"result-affecting code {codes['all']} (the sim's steps: {codes['sim']}); records under {shown(root)}; "
+    earlier = None
+    if args.update:
+        from results.report.write import Earlier
+
+        if not Path(out).is_file():
+            print(f"error: --update keeps sections of the report it writes over, and {shown(out)} does not exist: "
+                  "run the whole build", file=sys.stderr)
+            return 2
+        earlier = Earlier(Path(out).read_text(), Path(out).parent, codes, steps)
+        need = needed(earlier, steps)
+        kept = [s.name for s in chosen if s.name not in need]
+        chosen = [s for s in chosen if s.name in need]
+        for step in steps:    # records here of a kept step, made by other code, would be read: set them aside
+            moved = None if step.name in need else set_aside(step, root, args.quick, codes[step.code])
+            if moved:
+                print(f"{step.name}: records of other code or another command moved to {shown(moved)}")
+        print(f"update of {shown(out)}: {len(kept)} steps current there, their sections kept"
+              + (f" ({', '.join(kept)})" if kept else "") + f"; {len(chosen)} to make again", flush=True)
+    print(f"result-affecting code {codes['all']} ({narrower(codes)}); records under {shown(root)}; "
           f"{len(chosen)} steps"
           + (" (quick)" if args.quick else ""), flush=True)
     results, failed = [], []
@@ -264,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"failed steps: {', '.join(failed)} (each one's log: its folder's {LOG})", file=sys.stderr)
     start = time.perf_counter()
-    status = render(root, out, complete_or_fail=args.quick)
+    status = render(root, out, complete_or_fail=args.quick, earlier=earlier)
     print(f"rendered in {minutes(time.perf_counter() - start)}")
     return 1 if failed else status
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import sys
 
 from paths import REPORT
-from results.record.result_code import NotInHistory, SCOPES, digests_at, scope_codes
+from results.record.result_code import NotInHistory, SCOPES, digests_at, narrower, scope_codes
 from results.report.steps import Step, load_steps
 
 RECORDS_HEADING = "## Records behind this report"
@@ -66,7 +66,7 @@ def current_at(made: list[str], commits: list[str], made_scope: str, scope: str,
     checkout of `codes` (scope -> code): at once when `made` is this code in `scope` or in the whole code; else
     when every commit's tree (`at(commit)`: its hash in every scope) has `made` in `made_scope` and `codes`'s
     code in `scope`."""
-    if made in ([codes[scope]], [codes["all"]]):
+    if made in ([codes.get(scope)], [codes.get("all")]):
         return True
     if len(made) != 1 or not commits or made_scope not in SCOPES:
         return False
@@ -74,7 +74,7 @@ def current_at(made: list[str], commits: list[str], made_scope: str, scope: str,
         trees = [at(commit) for commit in commits]
     except NotInHistory:
         return False
-    return all(tree[made_scope] == made[0] and tree[scope] == codes[scope] for tree in trees)
+    return all(tree[made_scope] == made[0] and tree[scope] == codes.get(scope) for tree in trees)
 
 
 def stale_sections(text: str, codes: dict[str, str], steps: list[Step] | None = None, at=digests_at) -> list[Stale]:
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     for s in missing:
         print(f"no records: {s}")
     verdict = "current" if not stale and not missing else f"{len(stale)} steps stale, {len(missing)} without records"
-    print(f"{args.report}: {verdict} at result code {codes['all']} (the sim's steps: {codes['sim']})")
+    print(f"{args.report}: {verdict} at result code {codes['all']} ({narrower(codes)})")
     return 1 if stale or missing else 0
 
 

@@ -13,6 +13,7 @@ from results.record.store import read_summary
 from results.record.summary import request_latencies
 from results.report.plots import engine_color, legend_outside, numeric, panel_grid, rate_label, save_figure
 from results.sweeps.collect import engine_rank
+from results.report.read import read_parquet
 
 
 def runs_at_rate(folder: Path, df: pd.DataFrame, rate: float, workload: str | None = None) -> list[Path]:
@@ -31,7 +32,7 @@ def steady_latencies(run_dir: Path) -> tuple[dict, pd.DataFrame]:
     """A run's summary and the `request_latencies` of its finished requests that arrived in the steady window
     (the requests its `steady_*` latency figures count; all finished requests without a window)."""
     summary = read_summary(run_dir)
-    requests = pd.read_parquet(Path(run_dir) / "requests.parquet")
+    requests = read_parquet(Path(run_dir) / "requests.parquet")
     keep = requests["status"] == "finished"
     start, end = summary.get("window_start_s"), summary.get("window_end_s")
     if start is not None and end is not None and end > start:

@@ -20,7 +20,7 @@ from results.report.markdown import num, pct
 from results.report.paper import earlier_report, paper, reference
 from results.report.plots import (has_curve, plot_batch_size, plot_block_size, plot_latency_vs_rate,
                                   plot_memory_waste, rate_curves)
-from results.report.read import load, load_capacity
+from results.report.read import load, load_capacity, read_parquet
 from results.report.setup import SECONDS_PER_HOUR, duration_words, trace_setup
 from results.report.section import Section, shown, step_command, step_not_run
 from results.report.template import render
@@ -157,7 +157,7 @@ def trace_lengths(df: pd.DataFrame, sweep: Path) -> dict[str, float] | None:
     path = sweep / df["run_dir"].iloc[0] / "requests.parquet"
     if not path.is_file():
         return None
-    reqs = pd.read_parquet(path)
+    reqs = read_parquet(path)
     return {"prompt": float(reqs["prompt_len"].mean()), "output": float(reqs["output_len"].mean())}
 
 
@@ -273,7 +273,7 @@ def mean_output(df: pd.DataFrame, sweep: Path, workload: str, rate: float) -> fl
     for run_dir in df.loc[(df["workload"] == workload) & (df["request_rate"] == rate), "run_dir"]:
         path = sweep / run_dir / "requests.parquet"
         if path.is_file():
-            return float(pd.read_parquet(path, columns=["output_len"])["output_len"].mean())
+            return float(read_parquet(path, columns=["output_len"])["output_len"].mean())
     return None
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+import sys
 
 import pandas as pd
 
@@ -25,4 +26,13 @@ def load_capacity(experiments: Path, name: str = "capacity") -> pd.DataFrame | N
 
 def load_aggregate(experiments: Path, name: str) -> pd.DataFrame | None:
     path = experiments / name / "aggregate.parquet"
-    return pd.read_parquet(path) if path.is_file() else None
+    return read_parquet(path) if path.is_file() else None
+
+
+def read_parquet(path: Path, **kwargs) -> pd.DataFrame:
+    """`pd.read_parquet`, announced as a read of the report (`results.report.reads`: pyarrow opens the file
+    outside Python, where no audit event sees it)."""
+    from results.report.reads import READ_EVENT
+
+    sys.audit(READ_EVENT, str(path))
+    return pd.read_parquet(path, **kwargs)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from results.record.identity import RUN_RECORD
-from results.report.beams import section_beam_check, section_persistence
+from results.report.beams import section_persistence
 from results.report.bounds import bound_note, capacity_part, capacity_warnings, ratio_cell
 from results.report.criteria import criteria
 from results.report.distribution_plots import plot_latency_distributions, runs_at_rate
@@ -205,8 +205,7 @@ def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
                                          "paper saving % (range over n or width)",
                                          f"saving % before ({sharing_before().commit})"], rows),
                             figure=figure(figures, "saving", plot_sharegpt_saving, saving)))
-    for check in (section_persistence(experiments.parent / "beam_persistence" / "persistence.csv"),
-                  section_beam_check(experiments.parent / "beam_check" / "beam_check.csv")):
+    for check in (section_persistence(experiments.parent / "beam_persistence" / "persistence.csv"),):
         parts.append(check.text)
         section.has_runs |= check.has_runs
         section.not_run += check.not_run

@@ -6,7 +6,8 @@ one folder under a records' root (outputs/ for the report, outputs/report-quick/
 `run.py` step's to ROOT/experiments/NAME, any other's to ROOT/NAME. When a step finishes, the runner
 (`results.report.build`) writes the step's stamp, step.json, into that folder: the command, the
 result-affecting code it ran at (in the step's scope, `code`: sim for the sim's steps, whose records no
-file of the real backend, the server or the kernels can change), the commit, how long it took. The report reads the stamps to say which
+file of the real backend, the server or the kernels can change), the commit, how long it took. A step feeds
+its `section`, and any other it lists in `also` (sections that read its records too). The report reads the stamps to say which
 code made each section, and the staleness check compares them with this checkout's result code.
 """
 from __future__ import annotations
@@ -42,6 +43,11 @@ class Step:
     timed: bool = False
     title: str = ""
     code: str = "all"   # the result scope its records depend on (results/record/result_code.py): all, or sim
+    also: tuple[str, ...] = ()   # other sections that read its records (the start of each one's `## ` heading)
+
+    def feeds(self, heading: str) -> bool:
+        """Whether the section under `heading` (its "## " line) reads this step's records."""
+        return any(heading.startswith("## " + section) for section in (self.section, *self.also))
 
     @property
     def is_sweep(self) -> bool:
@@ -98,7 +104,8 @@ def _parse(path: Path) -> list[Step]:
                         quick_command=(tuple(str(a) for a in entry["quick_command"])
                                        if entry.get("quick_command") else None),
                         timed=bool(entry.get("timed", False)), title=str(entry.get("title") or entry["name"]),
-                        code=str(entry.get("code", "all")))
+                        code=str(entry.get("code", "all")),
+                        also=tuple(str(a) for a in entry.get("also") or ()))
         except (KeyError, TypeError) as err:
             raise ValueError(f"{path}: step {i + 1} lacks {err} (each step needs name, section and command)") from None
         if step.code not in SCOPES:

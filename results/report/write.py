@@ -17,6 +17,7 @@ runs, nor over the shipped docs/REPORT.md while any part lacks them (unless
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 import shutil
@@ -28,16 +29,19 @@ from paths import EXPERIMENTS, OUTPUTS, REPORT
 from results.report.paper import reference
 from results.report.section import NotRun, Section, shown
 from results.report.steps import Step, load_steps, read_stamp
+from results.report.beams import section_beam_check
 from results.report.sensitivity import section_sensitivity
 from results.report.sharing import section_chat, section_prefix, section_real_sharing, section_sampling
 from results.report.swapping import section_swap
 from results.record.store import atomic_write
 from results.record import provenance
-from results.record.result_code import scope_codes
+from results.record.result_code import digests_at, scope_codes
+from results.report.current import RECORDS_HEADING, records_rows, split, stale_sections
 from results.sweeps.collect import code_versions, collect, mixed_code_note
 from results.report.paper_sections import (section_batch, section_blocks, section_capacity, section_memory,
                                            section_method, section_table1)
 from results.report.read import load, load_capacity
+from results.report.reads import Reads, declared, steps_of
 from results.report.template import render
 from results.report.backend_sections import section_real, section_validation
 from results.report.peers import section_peers
@@ -61,13 +65,14 @@ def kernels() -> str:
 @dataclass(slots=True)
 class Report:
     """The report before it is written: its text, whether any part has runs, the parts that have none, warnings,
-    and the folders it read (for the message when there is nothing to write)."""
+    the folders it read (for the message when there is nothing to write) and the steps each section read."""
 
     text: str
     has_runs: bool
     not_run: list[NotRun] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     read: list[Path] = field(default_factory=list)
+    reads: dict[str, set[str]] = field(default_factory=dict)   # a section's "## " line -> the steps it read
 
 
 def not_in_report(not_run: list[NotRun]) -> str:
@@ -126,45 +131,149 @@ def records_table(root: Path, steps: list[Step] | None = None, entries: list[dic
     return render("write_records.md.j2", entries=entries, codes=scope_codes())
 
 
-def provenance_line(heading: str, entries: list[dict]) -> str:
-    """The line a section ends with: the steps behind it and the code and commits that made their records."""
-    mine = [e for e in entries if heading.startswith("## " + e["section"])]
+def provenance_line(heading: str, entries: list[dict], steps: list[Step] | None = None) -> str:
+    """The line a section ends with: the steps behind it (those that feed it, docs/report/steps.yaml `section`
+    and `also`) and the code and commits that made their records."""
+    feeds = {s.name for s in (steps if steps is not None else load_steps()) if s.feeds(heading)}
+    mine = [e for e in entries if e["step"] in feeds]
     if not mine:
         return ""
     return ("_Records: " + "; ".join(f"`{e['step']}` at result code {', '.join(e['codes']) or 'unknown'}"
                                      f" (commit {', '.join(e['commits']) or 'unknown'})" for e in mine) + "._\n")
 
+EXTRA_HEADINGS = ("## Code versions", "## Not in this report", RECORDS_HEADING)   # the report's own, not sections
+
+
+def sections_of(text: str) -> dict[str, str]:
+    """The report `text`'s sections by their "## " line: each one's text up to the next (its own figures and
+    provenance line included), without the report's lists (code versions, not in this report, records)."""
+    blocks = ("\n" + text).split("\n## ")[1:]
+    found = {}
+    for block in blocks:
+        heading = "## " + block.split("\n", 1)[0]
+        if not heading.startswith(EXTRA_HEADINGS):
+            found[heading] = "## " + block
+    return found
+
+
+class Earlier:
+    """An earlier report (its text, and the folder its figures/ are in) and what of it is still current for this
+    checkout (result codes `codes`, scope -> code): the steps of its records table that are not stale
+    (`results.report.current.stale_sections`, which reads the commits that made them from git's history)."""
+
+    def __init__(self, text: str, folder: Path, codes: dict[str, str] | None = None,
+                 steps: list[Step] | None = None, at=None) -> None:
+        steps = steps if steps is not None else load_steps()
+        codes = codes if codes is not None else scope_codes()
+        self.text, self.folder = text, Path(folder)
+        try:
+            rows = records_rows(text)
+            stale = {s.step for s in stale_sections(text, codes, steps, at or digests_at)}
+        except ValueError:        # no records table: nothing of it can be shown current
+            rows, stale = [], set()
+        self.rows = {row[0]: row for row in rows if row[0] not in stale}
+        self.sections = sections_of(text)
+
+    def current(self) -> set[str]:
+        """The steps whose records in the earlier report are current for this checkout."""
+        return set(self.rows)
+
+    def keeps(self, name: str, steps: list[Step]) -> str | None:
+        """The earlier report's section whose heading starts with `name` (as steps.yaml names sections), when it
+        has one and every step that feeds it is current there (the caller keeps it only where the records here
+        lack some part of it); else None."""
+        heading = self.heading(name)
+        feeds = declared("## " + name, steps)
+        if heading is None or not feeds or not feeds <= self.current():
+            return None
+        return self.sections[heading]
+
+    def heading(self, name: str) -> str | None:
+        """The "## " line of the earlier report's section that `name` (the start of a heading) names, or None."""
+        found = [h for h in self.sections if h.startswith("## " + name)]
+        return found[0] if len(found) == 1 else None
+
+    def entry(self, name: str) -> dict:
+        """The records-table entry of step `name` (current), as `step_records` makes one, from its row."""
+        step, section, runs, made, commits, _this, *rest = self.rows[name]
+        return {"step": step, "section": section, "runs": None if runs == "-" else int(runs), "codes": split(made),
+                "commits": split(commits), "stamped": True, "current": True, "scope": rest[0] if rest else "all",
+                "command": f"python -m results.report.build --steps {step}"}
+
+    def copy_figures(self, text: str, figures: Path) -> None:
+        """The figures `text` (a kept section) shows, from the earlier report's figures/ into `figures`."""
+        for name in re.findall(r"\]\(figures/([^)]+)\)", text):
+            source = self.folder / "figures" / name
+            if source.is_file():
+                shutil.copyfile(source, Path(figures) / name)
+
 
 def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path | None = None,
-            swap_bench: Path = OUTPUTS / "swap_bench", peers: Path = OUTPUTS / "peers") -> Report:
-    """Every section that has runs (its figures drawn into `figures`), then the list of those that have none."""
+            swap_bench: Path = OUTPUTS / "swap_bench", peers: Path = OUTPUTS / "peers",
+            earlier: Earlier | None = None) -> Report:
+    """Every section that has runs (its figures drawn into `figures`), then the list of those that have none;
+    what each section read, by step (`Report.reads`, measured as it is made: `results.report.reads`). With
+    `earlier`, a section that lacks records here is taken from that report when it can be (`Earlier.keeps`),
+    its figures copied into `figures`."""
     replay_dir = replay_dir if replay_dir is not None else experiments.parent / "replay"
-    capacity, capacity_runs = load_capacity(experiments), load(experiments, "capacity")
-    sections = [
-        Section(title() + "\n" + made_by()),
-        section_method(capacity, load_capacity(experiments, "capacity_1000_requests"),
-                       experiments / "capacity_1000_requests", capacity_runs),
-        section_table1(),
-        section_memory(load(experiments, "memory_waste"), figures, experiments / "memory_waste"),
-        section_capacity(capacity, capacity_runs, figures, experiments),
-        section_batch(load(experiments, "batch_size"), figures, experiments),
-        section_blocks(load(experiments, "block_size"), figures, experiments),
-        section_sampling(experiments, figures),
-        section_prefix(experiments, figures),
-        section_chat(experiments, figures),
-        section_swap(experiments, swap_bench, figures),
-        section_sensitivity(experiments.parent / "sensitivity"),
-        section_real(real_cpu, experiments / "static_reference", experiments.parent / "hf_generate"),
-        section_peers(peers),
-        section_real_sharing(experiments),
-        section_validation(replay_dir),
-        Section(kernels()),
+    # (a step that feeds the section, whose `section` in steps.yaml starts its heading, or None; how it is made)
+    parts = [
+        (None, lambda: Section(title() + "\n" + made_by())),
+        ("capacity_1000_requests",
+         lambda: section_method(load_capacity(experiments), load_capacity(experiments, "capacity_1000_requests"),
+                                experiments / "capacity_1000_requests", load(experiments, "capacity"))),
+        (None, section_table1),
+        ("memory_waste",
+         lambda: section_memory(load(experiments, "memory_waste"), figures, experiments / "memory_waste")),
+        ("capacity",
+         lambda: section_capacity(load_capacity(experiments), load(experiments, "capacity"), figures, experiments)),
+        ("batch_size", lambda: section_batch(load(experiments, "batch_size"), figures, experiments)),
+        ("block_size", lambda: section_blocks(load(experiments, "block_size"), figures, experiments)),
+        ("sampling", lambda: section_sampling(experiments, figures)),
+        ("beam_check", lambda: section_beam_check(experiments.parent / "beam_check" / "beam_check.csv")),
+        ("prefix", lambda: section_prefix(experiments, figures)),
+        ("chat", lambda: section_chat(experiments, figures)),
+        ("swap_capacity", lambda: section_swap(experiments, swap_bench, figures)),
+        ("sensitivity", lambda: section_sensitivity(experiments.parent / "sensitivity")),
+        ("real_cpu",
+         lambda: section_real(real_cpu, experiments / "static_reference", experiments.parent / "hf_generate")),
+        ("peers", lambda: section_peers(peers)),
+        ("sampling_real", lambda: section_real_sharing(experiments)),
+        ("replay", lambda: section_validation(replay_dir)),
+        (None, lambda: Section(kernels())),
     ]
+    steps, sections, names, reads = load_steps(), [], [], {}
+    section_of = {s.name: s.section for s in steps}
+    for fed_by, part in parts:
+        name = None if fed_by is None else section_of[fed_by]
+        with Reads() as read:
+            section = part()
+        heading = section.text.split("\n", 1)[0]
+        if section.text and name is not None and not heading.startswith("## " + name):
+            raise ValueError(f"a section made as \"{name}\" is headed {heading!r}: its heading must start with "
+                             f"\"## {name}\", as docs/report/steps.yaml names it")
+        sections.append(section)
+        names.append(name)
+        if name is not None:
+            reads["## " + name] = steps_of(read.paths, experiments.parent, steps)
+    entries = step_records(experiments.parent, steps)
+    kept_at = set()
+    if earlier is not None:
+        on_disk = {e["step"] for e in entries}
+        for i, (section, name) in enumerate(zip(sections, names)):
+            kept = earlier.keeps(name, steps) if name is not None else None
+            if kept is not None and (section.not_run or not section.has_runs):
+                sections[i] = Section(kept.rstrip("\n") + "\n", has_runs=True)
+                kept_at.add(i)
+                earlier.copy_figures(kept, figures)
+                entries += [earlier.entry(step) for step in sorted(declared("## " + name, steps) - on_disk)
+                            if step not in {e["step"] for e in entries}]
+        order = {s.name: i for i, s in enumerate(steps)}
+        entries.sort(key=lambda e: order.get(e["step"], len(order)))
     not_run = [part for s in sections for part in s.not_run]
     mixed = code_notes(experiments)
-    entries = step_records(experiments.parent)
-    for s in sections:
-        line = provenance_line(s.text.split("\n", 1)[0], entries) if s.has_runs else ""
+    for i, s in enumerate(sections):
+        line = provenance_line(s.text.split("\n", 1)[0], entries, steps) if s.has_runs and i not in kept_at else ""
         if line:
             s.text = s.text.rstrip("\n") + "\n\n" + line
     records = records_table(experiments.parent, entries=entries)
@@ -173,7 +282,8 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
             + ("\n" + not_in_report(not_run) if not_run else "")
             + ("\n" + records if records else ""))
     return Report(text, any(s.has_runs for s in sections), not_run,
-                  [w for s in sections for w in s.warnings] + mixed, [experiments, real_cpu, swap_bench, peers, replay_dir])
+                  [w for s in sections for w in s.warnings] + mixed, [experiments, real_cpu, swap_bench, peers, replay_dir],
+                  reads)
 
 
 def refusal(report: Report, out: Path, force: bool = False) -> str | None:

@@ -120,12 +120,13 @@ def report_with_records(tmp_path: Path, code: str, name: str = "beam_persistence
 
 def test_a_report_made_by_this_code_is_current_and_one_made_by_other_code_names_its_sections(tmp_path):
     codes = scope_codes()
-    here = codes["sim"]                       # beam_persistence is a sim step: its runs record the sim's scope
+    here = codes["sim_nosearch"]      # beam_persistence runs the sim and no search: its runs record that scope
     text = report_with_records(tmp_path, here)
-    assert "| beam_persistence | Parallel sampling | - | " + here in text and text.rstrip().endswith("| yes | sim |")
+    assert ("| beam_persistence | Parallel sampling | - | " + here in text
+            and text.rstrip().endswith("| yes | sim_nosearch |"))
     assert current.stale_sections(text, codes) == []
     assert current.stale_sections(report_with_records(tmp_path / "whole", codes["all"]), codes) == []
-    stale = current.stale_sections(text, {"all": "0" * 12, "sim": "1" * 12})
+    stale = current.stale_sections(text, {"all": "0" * 12, "sim": "1" * 12, "sim_nosearch": "2" * 12})
     assert [(s.step, s.section) for s in stale] == [("beam_persistence", "Parallel sampling")]
     assert "python -m results.report.build --steps beam_persistence" in str(stale[0])
     with pytest.raises(ValueError, match="no \"Records behind this report\" section"):
@@ -146,7 +147,7 @@ def test_an_engine_edit_makes_the_report_stale(tmp_path):
         shutil.copyfile(ROOT / name, copy / name)
     here = scope_codes(copy)
     assert here == scope_codes() and here["all"] == digest(copy, RESULT_PATHS) == result_code()
-    text = report_with_records(tmp_path / "records", here["sim"])
+    text = report_with_records(tmp_path / "records", here["sim_nosearch"])
     assert current.stale_sections(text, scope_codes(copy)) == []
     engine = copy / "engines" / "kv" / "paged.py"
     engine.write_text(engine.read_text() + "\n# an engine fix\n")
@@ -162,7 +163,7 @@ def test_a_server_edit_leaves_the_sim_steps_current_and_makes_the_timed_ones_sta
         (copy / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / name, copy / name)
     here = scope_codes(copy)
-    sim = report_with_records(tmp_path / "sim", here["sim"])
+    sim = report_with_records(tmp_path / "sim", here["sim_nosearch"])
     peers = report_with_records(tmp_path / "peers", here["all"], name="peers")
     assert current.stale_sections(sim, here) == current.stale_sections(peers, here) == []
     server = copy / "engines" / "serving" / "asgi_server.py"
@@ -204,7 +205,8 @@ def test_the_build_stops_when_the_result_affecting_code_changes_under_it(tmp_pat
     monkeypatch.setattr(build, "run_step", lambda *a, **k: pytest.fail("a step ran on changed code"))
     assert build.main(["--root", str(tmp_path), "--steps", "beam_persistence,beam_check"]) == 1
     err = capsys.readouterr().err
-    assert "the result-affecting code (sim) changed during the build" in err and "beam_persistence, beam_check" in err
+    assert ("the result-affecting code (sim_nosearch) changed during the build" in err
+            and "beam_persistence, beam_check" in err)
 
 
 def test_a_step_during_which_the_code_changed_is_not_current(tmp_path, monkeypatch, capsys):
@@ -222,7 +224,7 @@ def test_a_step_during_which_the_code_changed_is_not_current(tmp_path, monkeypat
 def test_a_change_outside_the_sim_scope_stops_only_the_steps_of_the_whole_code(tmp_path, monkeypatch, capsys):
     """The server edited mid-build: the sim's steps (their scope unchanged) go on, the others do not run."""
     here = scope_codes()
-    monkeypatch.setattr(build, "digest", lambda scope="all": here["sim"] if scope == "sim" else "0123456789ab")
+    monkeypatch.setattr(build, "digest", lambda scope="all": here[scope] if scope.startswith("sim") else "0123456789ab")
     ran = []
 
     def run_step(step, root, quick, code, *args):
@@ -231,8 +233,8 @@ def test_a_change_outside_the_sim_scope_stops_only_the_steps_of_the_whole_code(t
 
     monkeypatch.setattr(build, "run_step", run_step)
     assert build.main(["--root", str(tmp_path), "--steps", "beam_persistence,beam_check"]) == 1
-    assert ran == [("beam_persistence", here["sim"])]
-    assert "the result-affecting code (all) changed during the build" in capsys.readouterr().err
+    assert ran == [("beam_persistence", here["sim_nosearch"])]
+    assert "the result-affecting code (nosearch) changed during the build" in capsys.readouterr().err
 
 
 def test_a_sim_step_runs_with_the_scope_in_its_environment_and_stamps_it(tmp_path):

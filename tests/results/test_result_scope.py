@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from paths import ROOT
-from results.record.result_code import RESULT_PATHS, SIM_UNUSED, digest, files, result_code, scope_codes
+from results.record.result_code import (RESULT_PATHS, SCOPES, SEARCH_ONLY, SIM_UNUSED, digest, files, result_code,
+                                        scope_codes)
 from results.report.steps import load_steps
 
 AUDIT = """
@@ -93,17 +94,16 @@ def import_closure(start: Path, stop: tuple[Path, ...] = (ROOT / "run.py",)) -> 
 
 
 def sim_steps():
-    return [s for s in load_steps() if s.code == "sim"]
+    return [s for s in load_steps() if s.code.startswith("sim")]
 
 
 def test_the_sim_steps_are_the_untimed_ones_but_the_beam_check_which_runs_the_real_backend():
     steps = load_steps()
-    assert {s.name for s in steps if s.code == "sim"} == {s.name for s in steps if not s.timed} - {"beam_check"}
-    assert all(s.code == "all" for s in steps if s.timed)
+    assert {s.name for s in sim_steps()} == {s.name for s in steps if not s.timed} - {"beam_check"}
+    assert all(s.code in ("all", "nosearch") for s in steps if s.timed)
 
 
-@pytest.mark.parametrize("step", [s for s in load_steps() if s.code == "sim" and not s.is_sweep],
-                         ids=lambda s: s.name)
+@pytest.mark.parametrize("step", [s for s in sim_steps() if not s.is_sweep], ids=lambda s: s.name)
 def test_a_sim_study_can_import_nothing_the_sim_scope_leaves_out(step):
     module = step.command[step.command.index("-m") + 1]
     closure = import_closure(module_file(module))
@@ -144,3 +144,92 @@ def test_the_scope_is_chosen_by_argument_or_by_the_build_s_environment(monkeypat
     monkeypatch.setenv("PAGEDBENCH_RESULT_SCOPE", "gpu")
     with pytest.raises(ValueError, match="PAGEDBENCH_RESULT_SCOPE"):
         result_code()
+
+
+# --- the search's scope: what only a capacity search runs (SEARCH_ONLY), left out of the nosearch scopes.
+
+TRACE = """
+import atexit, json, runpy, sys
+out = sys.argv[1]
+sys.argv = ["run.py", *sys.argv[2:]]
+ran = set()
+def profile(frame, event, arg):   # a function called; not a module's or a class's body run as it is imported
+    code, caller = frame.f_code, frame.f_back
+    body = code.co_name == "<module>" or (caller is not None and caller.f_code.co_name == "<module>"
+                                          and caller.f_code.co_filename == code.co_filename)
+    if event == "call" and not body:
+        ran.add(code.co_filename)
+sys.setprofile(profile)
+atexit.register(lambda: open(out, "w").write(json.dumps(sorted(ran))))
+runpy.run_path("run.py", run_name="__main__")
+"""
+
+
+def searches(step) -> bool:
+    """Whether the step runs a capacity search: its sweep's config selects the capacity sweeper (Hydra's own
+    composition of its experiment and overrides), or its study can import the search."""
+    if not step.is_sweep:
+        module = step.command[step.command.index("-m") + 1]
+        return ROOT / "results" / "sweeps" / "capacity.py" in import_closure(module_file(module))
+    from hydra import compose, initialize_config_dir
+
+    chosen = [a for a in step.command if a.startswith(("experiment=", "hydra/sweeper="))]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
+        cfg = compose(config_name="config", overrides=chosen, return_hydra_config=True)
+    return "Capacity" in str(cfg.hydra.sweeper.get("_target_", ""))
+
+
+def searched_files(ran: list[str]) -> list[str]:
+    names = [Path(f).resolve() for f in ran if in_tree(f)]
+    return sorted(str(p.relative_to(ROOT)) for p in names
+                  if any(p.relative_to(ROOT).as_posix() == s or p.relative_to(ROOT).as_posix().startswith(s + "/")
+                         for s in SEARCH_ONLY))
+
+
+def test_a_step_runs_a_search_exactly_when_its_scope_keeps_the_search():
+    steps = load_steps()
+    assert SCOPES["sim_nosearch"] == SIM_UNUSED + SEARCH_ONLY and SCOPES["nosearch"] == SEARCH_ONLY
+    for step in steps:
+        assert searches(step) == (step.code in ("all", "sim")), (step.name, step.code)
+    assert any(searches(s) for s in steps) and not all(searches(s) for s in steps)
+    # nothing run.py can import names the search (Hydra imports the plugin, which the trace below covers)
+    closure = import_closure(ROOT / "run.py", stop=())
+    assert searched_files([str(p) for p in closure]) == []
+
+
+def test_the_search_scope_leaves_out_files_that_exist():
+    every = files()
+    for p in SEARCH_ONLY:
+        assert any(n == p or n.startswith(p + "/") for n in every), f"{p} names no file: a stale entry"
+    assert set(files(scope="sim_nosearch")) == set(files(scope="sim")) & set(files(scope="nosearch"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", [
+    ["-m", "experiment=swap", "workload.duration_s=20"],
+    ["backend=real", "model=tiny", "workload.num_requests=2", "workload.max_output_len=4", "engine=paged"],
+], ids=["sim-fixed-rates", "real"])
+def test_a_run_at_fixed_rates_runs_no_code_of_the_search(setting, tmp_path):
+    """Hydra imports its sweeper plugins in every process (so these files are imported), but a run at fixed rates
+    calls none of their functions: a change to them cannot change its records."""
+    out = tmp_path / "ran.json"
+    done = subprocess.run([sys.executable, "-c", TRACE, str(out), *setting, "progress=false",
+                           f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}",
+                           "hydra/launcher=basic"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    ran = json.loads(out.read_text())
+    assert any(Path(f).name == "run.py" for f in ran)
+    assert searched_files(ran) == []
+
+
+@pytest.mark.slow
+def test_the_trace_sees_a_search_run_the_search(tmp_path):
+    out = tmp_path / "ran.json"
+    done = subprocess.run([sys.executable, "-c", TRACE, str(out), "-m", "experiment=capacity", "progress=false",
+                           "engine=paged", "workload=sharegpt", "workload.seed=0", "workload.duration_s=20",
+                           "hydra.sweeper.precision=0.5", "hydra/launcher=basic",
+                           f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "results/sweeps/capacity.py" in searched_files(json.loads(out.read_text()))
