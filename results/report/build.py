@@ -68,10 +68,19 @@ def stamped_command(step: Step, root: Path, quick: bool) -> list[str]:
 
 
 def is_current(step: Step, root: Path, quick: bool, code: str) -> bool:
-    """Whether `step`'s folder holds its finished records from this command at result code `code`."""
+    """Whether `step`'s folder holds its finished records from this command at result code `code` (the step's
+    scope's), or at another scope's code that the commit which made them shows is still `code` in the step's
+    scope (`results.report.current.current_at`: a step moved to a narrower scope keeps its records)."""
+    from results.report.current import current_at
+
     stamp = read_stamp(step.folder(root))
-    return bool(stamp and stamp.get("ok") and stamp.get("result_code") == code
-                and stamp.get("command") == stamped_command(step, root, quick))
+    if not (stamp and stamp.get("ok") and stamp.get("command") == stamped_command(step, root, quick)):
+        return False
+    if stamp.get("result_code") == code:
+        return True
+    made_scope, commit = stamp.get("result_scope") or "all", str(stamp.get("git_commit") or "")[:12]
+    return bool(commit) and current_at([stamp.get("result_code")], [commit], made_scope, step.code,
+                                       {**scope_codes(), step.code: code})
 
 
 def foreign_codes(folder: Path, code: str) -> set[str]:
@@ -92,7 +101,7 @@ def set_aside(step: Step, root: Path, quick: bool, code: str) -> Path | None:
     """Move `step`'s folder to ROOT/stale/ when it holds records of other code or of another command; the
     place it went, or None when it stayed (absent, empty, or current records a rerun completes)."""
     folder = step.folder(root)
-    if not folder.is_dir():
+    if not folder.is_dir() or is_current(step, root, quick, code):
         return None
     stamp = read_stamp(folder)
     other_command = stamp is not None and stamp.get("command") != stamped_command(step, root, quick)

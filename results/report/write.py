@@ -36,7 +36,7 @@ from results.report.swapping import section_swap
 from results.record.store import atomic_write
 from results.record import provenance
 from results.record.result_code import digests_at, scope_codes
-from results.report.current import RECORDS_HEADING, records_rows, split, stale_sections
+from results.report.current import RECORDS_HEADING, current_at, records_rows, split, stale_sections
 from results.sweeps.collect import code_versions, collect, mixed_code_note
 from results.report.paper_sections import (section_batch, section_blocks, section_capacity, section_memory,
                                            section_method, section_table1)
@@ -98,14 +98,15 @@ def made_by() -> str:
 def step_records(root: Path, steps: list[Step] | None = None) -> list[dict]:
     """One entry per step of the build whose folder exists under the records' root `root`: its section, how many
     runs it holds (a sweep's finished runs; else None), the result codes and commits that made them (the
-    stamp's, and a sweep's runs'), and whether they are all this checkout's result code in the step's scope (or
-    its whole code)."""
+    stamp's, and a sweep's runs'), the scope they were made in, and whether they are current for this checkout
+    in the step's scope (`results.report.current.current_at`)."""
     here, entries = scope_codes(), []
     for step in steps if steps is not None else load_steps():
         folder = step.folder(root)
         if not folder.is_dir():
             continue
         stamp = read_stamp(folder)
+        made_scope = (stamp or {}).get("result_scope") or step.code     # the scope its runs recorded their code in
         codes = {stamp["result_code"]} if stamp and stamp.get("result_code") else set()
         commits = {str(stamp["git_commit"])[:12]} if stamp and stamp.get("git_commit") else set()
         runs = None
@@ -116,8 +117,9 @@ def step_records(root: Path, steps: list[Step] | None = None) -> list[dict]:
             commits |= {str(c)[:12] for c in df.get("git_commit", []) if isinstance(c, str)}
         entries.append({"step": step.name, "section": step.section, "runs": runs, "codes": sorted(codes),
                         "commits": sorted(commits), "stamped": bool(stamp and stamp.get("ok")),
-                        "current": bool(stamp and stamp.get("ok")) and codes in ({here[step.code]}, {here["all"]}),
-                        "scope": step.code,
+                        "current": bool(stamp and stamp.get("ok")) and current_at(
+                            sorted(codes), sorted(c for c in commits if c), made_scope, step.code, here),
+                        "scope": made_scope,
                         "command": f"python -m results.report.build --steps {step.name}"})
     return entries
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import re
 
 import pandas as pd
+import pytest
 
 from paths import DOCS, REPORT
 from results.record.result_code import digests_at, scope_codes
@@ -132,3 +133,32 @@ def test_a_change_to_the_capacity_search_keeps_what_runs_at_fixed_rates():
     lacking = lacking_steps(earlier)     # the steps of a section the shipped report does not have yet
     assert need - searching - lacking == {"beam_persistence", "swap", "swap_bench", "memory_waste", "batch_size"}
     assert {"block_size", "beam_check", "real_cpu", "replay", "peers"} - lacking <= {s.name for s in STEPS} - need
+
+
+def test_records_made_before_a_step_moved_to_a_narrower_scope_stay_current(tmp_path):
+    """beam_persistence's records stamped under the sim's scope, at a commit whose tree has that code: with the
+    step now in sim_nosearch they are current (read through that commit), listed as made in scope sim, and the
+    build does not move them aside; at a commit the clone lacks they are not."""
+    import subprocess
+
+    from paths import ROOT
+    from results.report.steps import write_stamp
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    here = scope_codes()
+    if not head or digests_at(head) != here:
+        pytest.skip("the result-affecting files differ from HEAD's (uncommitted edits)")
+    step = next(s for s in STEPS if s.name == "beam_persistence")
+    assert step.code == "sim_nosearch"
+    folder = step.folder(tmp_path)
+    folder.mkdir(parents=True)
+    stamp = {"ok": True, "result_code": here["sim"], "result_scope": "sim", "git_commit": head,
+             "command": build.stamped_command(step, tmp_path, False)}
+    write_stamp(folder, stamp)
+    assert build.is_current(step, tmp_path, False, here["sim_nosearch"])
+    assert build.set_aside(step, tmp_path, False, here["sim_nosearch"]) is None and folder.is_dir()
+    [entry] = write.step_records(tmp_path, [step])
+    assert entry["current"] and entry["scope"] == "sim" and entry["codes"] == [here["sim"]]
+    write_stamp(folder, {**stamp, "git_commit": "0" * 40})
+    assert not build.is_current(step, tmp_path, False, here["sim_nosearch"])
+    assert not write.step_records(tmp_path, [step])[0]["current"]
