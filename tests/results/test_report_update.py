@@ -84,18 +84,25 @@ def test_an_update_on_a_clean_clone_keeps_every_section_of_the_current_shipped_r
     assert rows == {r[0]: r for r in current.records_rows(text) if r[0] not in lacking}
 
 
+def update_after(*moved: str) -> tuple[write.Earlier, set[str], set[str]]:
+    """The shipped report read by a checkout whose code moved in the scopes `moved` only (the others as now):
+    it, the steps that are stale there (exactly those of the moved scopes) and the steps an update runs (those
+    and more)."""
+    codes = {**scope_codes(), **{scope: "f" * 12 for scope in moved}}
+    earlier = write.Earlier(REPORT.read_text(), DOCS, codes, STEPS, digests_at)
+    stale = {s.name for s in STEPS if s.code in moved}
+    assert {s.name for s in STEPS} - earlier.current() == stale
+    need = build.needed(earlier, STEPS)
+    assert stale <= need
+    return earlier, stale, need
+
+
 def test_a_change_outside_the_sims_scope_makes_again_only_what_reads_the_timed_steps():
     """With the whole code changed and the sim's not (a fix to the real backend, say), the timed steps and the
     real-backend studies are stale; an update runs them and every step of a part they share (the sections
     that read the beam check and the swap benchmark, and the README's block through those), and keeps the
     sections that read only sim steps."""
-    here = scope_codes()
-    moved = {**here, "all": "f" * 12, "nosearch": "e" * 12}
-    earlier = write.Earlier(REPORT.read_text(), DOCS, moved, STEPS, digests_at)
-    all_scope = {s.name for s in STEPS if s.code in ("all", "nosearch")}
-    assert {s.name for s in STEPS} - earlier.current() == all_scope
-    need = build.needed(earlier, STEPS)
-    assert all_scope <= need
+    earlier, all_scope, need = update_after("all", "nosearch")
     for name in {x for s in STEPS for x in (s.section, *s.also)}:
         feeds = declared("## " + name, STEPS)
         assert not feeds & need or feeds <= need, name        # a section is made whole, or kept whole
@@ -123,13 +130,7 @@ def test_a_change_to_the_capacity_search_keeps_what_runs_at_fixed_rates():
     """With the search changed (the whole and the sim's code move, the nosearch scopes' do not), an update makes
     again the sections that read a search and what shares a part with them, and keeps the timed steps, the beam
     check and the block-size sweep."""
-    here = scope_codes()
-    moved = {**here, "all": "f" * 12, "sim": "e" * 12}
-    earlier = write.Earlier(REPORT.read_text(), DOCS, moved, STEPS, digests_at)
-    searching = {s.name for s in STEPS if s.code in ("all", "sim")}
-    assert {s.name for s in STEPS} - earlier.current() == searching
-    need = build.needed(earlier, STEPS)
-    assert searching <= need
+    earlier, searching, need = update_after("all", "sim")
     lacking = lacking_steps(earlier)     # the steps of a section the shipped report does not have yet
     assert need - searching - lacking == {"beam_persistence", "swap", "swap_bench", "memory_waste", "batch_size"}
     assert {"block_size", "beam_check", "real_cpu", "replay", "peers"} - lacking <= {s.name for s in STEPS} - need
