@@ -391,12 +391,17 @@ def test_a_client_that_hangs_up_mid_stream_has_its_kv_blocks_freed(paged):
     assert call(paged.port, "GET", "/health")[0] == 200
 
 
-def hang_up_after_sending(port: int, body: dict, wait_s: float) -> None:
-    """Send a completions request on a raw socket, then close it `wait_s` later without reading its answer."""
+def hang_up_after_sending(port: int, body: dict, wait_s: float = 0.0, until=None) -> None:
+    """Send a completions request on a raw socket, then close it without reading its answer: once `until()` holds
+    (if given), then `wait_s` later."""
     data = json.dumps(body).encode()
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                      b"Content-Length: %d\r\n\r\n%s" % (len(data), data))
+        deadline = time.monotonic() + 30
+        while until is not None and not until():
+            assert time.monotonic() < deadline, "the condition to hang up on never held"
+            time.sleep(0.001)
         time.sleep(wait_s)
 
 
@@ -405,17 +410,20 @@ def test_a_client_that_leaves_before_its_first_token_is_aborted(loaded):
     for memory never runs, and a whole (unstreamed) one stops at once instead of running to max_tokens."""
     with running(loaded, "orca", budget_mib=0.25, keep_record=True) as server:     # 32 slots: one reservation
         ahead: list = []
-        first = threading.Thread(target=lambda: ahead.append(stream(server.port, {"prompt": list(range(1, 11)),
-                                                                                  "max_tokens": 20})))
+        first = threading.Thread(target=lambda: ahead.append(stream(server.port, {"prompt": [1, 2],
+                                                                                  "max_tokens": 29})))
         first.start()
         deadline = time.monotonic() + 30
-        while not server.backend.scheduler.held():          # the first reserves 30 slots while it runs
+        while not server.backend.scheduler.held():          # the first reserves 31 slots while it runs
             assert time.monotonic() < deadline
             time.sleep(0.005)
-        hang_up_after_sending(server.port, {"prompt": list(range(2, 12)), "max_tokens": 20, "stream": True}, 0.2)
+        # the second (30 slots) waits for memory: hang up as soon as it is queued, while the first still runs (a
+        # fixed wait let a fast machine finish the first, admit the second and run it before the hang-up)
+        hang_up_after_sending(server.port, {"prompt": list(range(2, 12)), "max_tokens": 20, "stream": True},
+                              until=lambda: bool(server.backend.scheduler.waiting))
         first.join(60)
         wait_idle(server)
-        assert len(token_chunks(ahead[0])) == 20
+        assert len(token_chunks(ahead[0])) == 29
         _, waiting = server.record.sequences
         assert waiting.status == Status.FAILED and "went away" in waiting.rejected_reason
         assert waiting.output_token_ids == [] and server.backend.scheduler.kv.usage()[1] == 0
@@ -423,7 +431,7 @@ def test_a_client_that_leaves_before_its_first_token_is_aborted(loaded):
         assert 'vllm:request_success_total{finished_reason="abort"} 1.0' in text
         assert 'vllm:request_success_total{finished_reason="length"} 1.0' in text
     with running(loaded, "paged", keep_record=True) as server:
-        hang_up_after_sending(server.port, {"prompt": list(range(3, 13)), "stream": False}, 0.02)   # 118 tokens
+        hang_up_after_sending(server.port, {"prompt": list(range(3, 13)), "stream": False}, wait_s=0.02)   # 118 tokens
         wait_idle(server)
         (whole,) = server.record.sequences
         assert whole.status == Status.FAILED and len(whole.output_token_ids) < 118
