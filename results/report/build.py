@@ -7,6 +7,7 @@
     python -m results.report.build --list          # the steps, their commands and whether their records are current
     python -m results.report.build --steps capacity,chat   # only these steps, then render
     python -m results.report.build --update        # make report-update: only what this code changed since the report
+    python -m results.report.build --update --list # what an update would run, and what it would keep
 
 Each step's records go to one folder under the records' root (`results.report.steps`). A step is skipped
 when its folder's stamp says it finished with the same command at this checkout's result-affecting code in
@@ -258,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                                            "basic: in the sweep's own process, the quick build's default)")
     parser.add_argument("--steps", help="comma-separated step names to run (default: all); the report is rendered "
                                         "from whatever records are current")
-    parser.add_argument("--list", action="store_true", help="list the steps and whether their records are current")
+    parser.add_argument("--list", action="store_true", help="list the steps and whether their records are current "
+                                                            "(with --update: whether an update runs or keeps them)")
     parser.add_argument("--render-only", action="store_true", help="run nothing: render from the records there are")
     parser.add_argument("--update", action="store_true",
                         help="only what this code changed: keep each section of the report written over whose steps "
@@ -281,14 +283,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
     codes = scope_codes()
-    if args.list:
-        for step in steps:
-            state = "current" if is_current(step, root, args.quick, codes[step.code]) else "to run"
-            kind = f"{'timed' if step.timed else 'untimed'}, {step.code}"
-            print(f"{step.name:<24} {kind:<13} {state:<8} {step.shown(root, args.quick)}")
-        return 0
     chosen = [s for s in order(steps) if not args.steps or s.name in names]
-    earlier = None
+    earlier, need = None, None
     if args.update:
         from results.report.write import Earlier
 
@@ -298,6 +294,16 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         earlier = Earlier(Path(out).read_text(), Path(out).parent, codes, steps)
         need = needed(earlier, steps)
+    if args.list:    # with --update: whether the update keeps the step's sections or runs it
+        for step in steps:
+            if need is not None:
+                state = "to run" if step.name in need else "kept"
+            else:
+                state = "current" if is_current(step, root, args.quick, codes[step.code]) else "to run"
+            kind = f"{'timed' if step.timed else 'untimed'}, {step.code}"
+            print(f"{step.name:<24} {kind:<19} {state:<8} {step.shown(root, args.quick)}")
+        return 0
+    if need is not None:
         kept = [s.name for s in chosen if s.name not in need]
         chosen = [s for s in chosen if s.name in need]
         for step in steps:    # records here of a kept step, made by other code, would be read: set them aside

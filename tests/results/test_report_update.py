@@ -163,3 +163,14 @@ def test_records_made_before_a_step_moved_to_a_narrower_scope_stay_current(tmp_p
     write_stamp(folder, {**stamp, "git_commit": "0" * 40})
     assert not build.is_current(step, tmp_path, False, here["sim_nosearch"])
     assert not write.step_records(tmp_path, [step])[0]["current"]
+
+
+def test_the_list_says_what_an_update_would_run_and_keep(tmp_path, capsys):
+    out = tmp_path / "REPORT.md"
+    out.write_text(REPORT.read_text())
+    assert build.main(["--root", str(tmp_path), "--out", str(out), "--update", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    need = build.needed(write.Earlier(REPORT.read_text(), DOCS), STEPS)
+    assert [line.split()[0] for line in lines] == [s.name for s in STEPS]
+    assert {line.split()[0] for line in lines if " to run " in line} == need
+    assert all(" kept " in line for line in lines if line.split()[0] not in need)
