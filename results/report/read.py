@@ -25,8 +25,10 @@ def load_capacity(experiments: Path, name: str = "capacity") -> pd.DataFrame | N
 
 
 def load_aggregate(experiments: Path, name: str) -> pd.DataFrame | None:
-    path = experiments / name / "aggregate.parquet"
-    return read_parquet(path) if path.is_file() else None
+    """A sweep's runs as one table, or None without runs: the table its aggregate.parquet holds, gathered again
+    from the run folders (`collect`), since that file is written when the sweep ends by the code of that day,
+    which the result code does not cover."""
+    return load(experiments, name)
 
 
 def read_parquet(path: Path, **kwargs) -> pd.DataFrame:

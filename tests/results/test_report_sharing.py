@@ -55,15 +55,21 @@ def test_sampling_section_sets_ratios_and_the_papers_saving_beside_ours(tmp_path
     assert f"to {paper['sensitivity_claims']['15']:.1f}x (beam width 6)" in text
 
 
-def write_runs(folder, row_cap, kv_slots):
-    """An aggregate of two runs under `folder`, each with its run record's config (the row cap it ran with)."""
-    rows = []
-    for i in range(2):
+def write_summaries(folder, rows: list[dict]) -> list:
+    """One finished run folder under `folder` per row: its summary.json holds the row."""
+    runs = []
+    for i, row in enumerate(rows):
         run = folder / f"run{i}"
         run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps(row))
+        runs.append(run)
+    return runs
+
+
+def write_runs(folder, row_cap, kv_slots):
+    """Two finished runs under `folder`, each with its run record's config (the row cap it ran with)."""
+    for run in write_summaries(folder, [{"kv_budget_slots": kv_slots}] * 2):
         (run / "run.json").write_text(json.dumps({"config": {"limits": {"max_num_seqs": row_cap}}}))
-        rows.append({"run_dir": run.name, "kv_budget_slots": kv_slots})
-    pd.DataFrame(rows).to_parquet(folder / "aggregate.parquet")
 
 
 def test_beam_rows_name_the_limit_that_binds_paged(tmp_path):
@@ -127,12 +133,11 @@ def test_prefix_and_chat_sections(tmp_path):
 
 
 def test_swap_section_reads_the_sweep_and_the_benchmark(tmp_path):
-    (tmp_path / "swap").mkdir()
     rows = [{"block_size": bs, "preemption": p, "steady_norm_latency_s_mean": lat, "num_preemptions": 10,
              "request_rate": rate}
             for bs, p, lat, rate in [(16, "swap", 0.1, 3.85), (16, "recompute", 0.12, 3.85), (1, "swap", 0.5, 1.9),
                                      (1, "recompute", 0.12, 1.9)]]
-    pd.DataFrame(rows).to_parquet(tmp_path / "swap" / "aggregate.parquet")
+    write_summaries(tmp_path / "swap", rows)
     section = section_swap(tmp_path, tmp_path / "no_bench")
     text = section.text
     # Each block size at its own rate, the previous revision's latencies (4 req/s, serial swaps) beside.
@@ -191,3 +196,15 @@ def test_the_binding_limit_names_the_preemptions_behind_a_small_share():
                           "blocked_by_token_budget_at_capacity": 0.0, "mem_free_at_capacity": 0.024,
                           "preemptions_at_capacity": p} for p in (1000, 1500)])
     assert rs.binding_limit(runs) == "memory 7%, KV 2.4% free, 1,250 preemptions"
+
+
+def test_a_sweeps_table_is_gathered_from_its_runs_not_from_the_file_written_when_it_ended(tmp_path):
+    """aggregate.parquet is written when a sweep ends, by that day's code: the report gathers the runs again."""
+    from results.report.read import load_aggregate
+
+    write_summaries(tmp_path / "swap", [{"block_size": 16, "request_rate": 2.0},
+                                        {"block_size": 1, "request_rate": 1.0}])
+    pd.DataFrame([{"block_size": 99, "request_rate": 9.0}]).to_parquet(tmp_path / "swap" / "aggregate.parquet")
+    table = load_aggregate(tmp_path, "swap")
+    assert sorted(table["block_size"]) == [1, 16] and set(table["run_dir"]) == {"run0", "run1"}
+    assert load_aggregate(tmp_path, "absent") is None
