@@ -52,7 +52,7 @@ from results.record import provenance
 from results.record.result_code import SCOPE_ENV, digest, narrower, scope_codes
 from results.record.store import atomic_write
 from results.report.section import shown
-from results.report.steps import Step, load_steps, read_stamp, write_stamp
+from results.report.steps import Step, load_steps, read_stamp, step as named_step, write_stamp
 
 if TYPE_CHECKING:
     from results.report.write import Earlier
@@ -225,7 +225,7 @@ def render(root: Path, out: Path, complete_or_fail: bool = False, earlier: Earli
             return 2
     if Path(out).resolve() == REPORT.resolve():
         from results.report.headline import after_shipped_report
-        absent = [name for name in HEADLINE_STEPS if not step_named(name).folder(root).is_dir()]
+        absent = [name for name in HEADLINE_STEPS if not named_step(name).folder(root).is_dir()]
         if earlier is not None and absent:
             print(f"the README's results block is kept: its steps ({', '.join(absent)} among them) are current in the "
                   "earlier report and were not run")
@@ -242,10 +242,6 @@ def render(root: Path, out: Path, complete_or_fail: bool = False, earlier: Earli
     if report.not_run:
         print(f"error: {len(report.not_run)} parts of the quick report have no records (listed above)", file=sys.stderr)
     return 1 if stale or report.not_run or misread else 0
-
-
-def step_named(name: str) -> Step:
-    return next(s for s in load_steps() if s.name == name)
 
 
 def main(argv: list[str] | None = None) -> int:

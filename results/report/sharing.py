@@ -205,10 +205,10 @@ def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
                                          "paper saving % (range over n or width)",
                                          f"saving % before ({sharing_before().commit})"], rows),
                             figure=figure(figures, "saving", plot_sharegpt_saving, saving)))
-    for check in (section_persistence(experiments.parent / "beam_persistence" / "persistence.csv"),):
-        parts.append(check.text)
-        section.has_runs |= check.has_runs
-        section.not_run += check.not_run
+    check = section_persistence(experiments.parent / "beam_persistence" / "persistence.csv")
+    parts.append(check.text)
+    section.has_runs |= check.has_runs
+    section.not_run += check.not_run
     if section.has_runs:
         section.text = "\n".join(p for p in parts if p)
     return section

@@ -42,7 +42,7 @@ class Step:
     quick_command: tuple[str, ...] | None = None
     timed: bool = False
     title: str = ""
-    code: str = "all"   # the result scope its records depend on (results/record/result_code.py): all, or sim
+    code: str = "all"   # the result scope its records depend on (results/record/result_code.py SCOPES)
     also: tuple[str, ...] = ()   # other sections that read its records (the start of each one's `## ` heading)
 
     def feeds(self, heading: str) -> bool:
