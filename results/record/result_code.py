@@ -45,7 +45,7 @@ from paths import ROOT
 
 RESULT_PATHS = ("engines", "workloads", "kernels", "conf", "hydra_plugins", "data/traces", "data/profiles",
                 "results/record/summary.py", "results/record/frames.py", "results/sweeps/capacity.py",
-                "results/sweeps/sustainable.py", "run.py", "studies")
+                "results/sweeps/rate_search.py", "results/sweeps/sustainable.py", "run.py", "studies")
 # Under RESULT_PATHS, what no run of the simulated backend imports (a folder or a file).
 SIM_UNUSED = ("engines/real", "engines/serving", "kernels", "engines/peers/http_client.py",
               "engines/peers/http_config.py", "engines/peers/server_process.py", "engines/peers/sse.py",
@@ -57,7 +57,8 @@ SIM_UNUSED = ("engines/real", "engines/serving", "kernels", "engines/peers/http_
 # Under RESULT_PATHS, what only a capacity search runs: the search, Hydra's sweeper plugin that drives it and the
 # sweeper's config. Hydra imports its plugins in every run.py process, so a run at fixed rates imports these
 # files but runs none of their code (tests/results/test_result_scope.py traces such runs).
-SEARCH_ONLY = ("results/sweeps/capacity.py", "hydra_plugins", "conf/hydra/sweeper/capacity.yaml")
+SEARCH_ONLY = ("results/sweeps/capacity.py", "results/sweeps/rate_search.py", "hydra_plugins",
+               "conf/hydra/sweeper/capacity.yaml")
 # scope -> what it leaves out of RESULT_PATHS: all; sim (a run of the simulated backend); nosearch (runs at fixed
 # rates, no capacity search); sim_nosearch (both)
 SCOPES = {"all": (), "sim": SIM_UNUSED, "nosearch": SEARCH_ONLY, "sim_nosearch": SIM_UNUSED + SEARCH_ONLY}

@@ -4,13 +4,14 @@
 
 A capacity search (the `capacity` Hydra sweeper, `python run.py -m
 experiment=capacity`) runs, for every curve of its grid (engine, workload,
-seed, ...) and every criterion, a `RateSearch`: bracket the capacity by
-multiplying or dividing a start rate by `growth` until one rate meets the
-criterion and another does not, then bisect between the highest rate that
-met it and the lowest that did not until they are within `precision`
-(relative). The capacity reported is the highest rate measured to meet the
-criterion (`bound` "="), the lower end of the final bracket; `upper` is the
-upper end. A rate is only ever judged from a finished run's summary, so a
+seed, ...) and every criterion, a `RateSearch` (results/sweeps/rate_search.py):
+bracket the capacity by multiplying or dividing a start rate by `growth`
+until one rate meets the criterion and another does not, then bisect
+between the highest rate that met it and the lowest that did not until
+they are within `precision` (relative); a search warmed by a neighbouring
+curve's capacity ends on the same bracket with fewer runs. The capacity
+reported is the highest rate measured to meet the criterion (`bound` "="),
+the lower end of the final bracket; `upper` is the upper end. A rate is only ever judged from a finished run's summary, so a
 search replays exactly from its run folders.
 
 A search that did not bracket its capacity reports only a bound, and every
@@ -38,7 +39,7 @@ the min-max over seeds.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import logging
 import math
 from pathlib import Path
@@ -48,6 +49,7 @@ import pandas as pd
 
 from results.record.store import atomic_write, write_parquet
 from results.sweeps.collect import ENGINE_ORDER, engine_rank
+from results.sweeps.rate_search import RateSearch  # noqa: F401  (the search, imported from here too)
 from results.sweeps.sustainable import ratio_bound
 
 CAPACITY_CSV = "capacity.csv"
@@ -96,87 +98,6 @@ class Criterion:
             return value is not None and not math.isnan(value) and value <= self.threshold
         value = summary.get("steady_slo_attainment")
         return value is not None and not math.isnan(value) and value >= self.attainment
-
-
-@dataclass(slots=True)
-class RateSearch:
-    """Bracket, then bisect, the highest rate meeting a criterion; rates that were tried are remembered.
-
-    Call `next_rate()` for the rate to measure (None when done) and
-    `record(rate, met)` with its outcome. Rates are rounded to 4 significant
-    digits, so a rate's run folder has a short name. If the curve is not
-    monotone, the capacity is where it first fails: a rate that passes above
-    the lowest failing rate is ignored.
-    """
-
-    start: float = 1.0
-    growth: float = 2.0
-    precision: float = 0.02
-    min_rate: float = 1e-3
-    max_rate: float = 1e4
-    outcomes: dict[float, bool] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not 0 < self.min_rate <= self.start <= self.max_rate:
-            raise ValueError(f"need 0 < min_rate <= start <= max_rate, got {self.min_rate}, {self.start}, "
-                             f"{self.max_rate}")
-        if not self.growth > 1:
-            raise ValueError(f"growth must be > 1, got {self.growth}")
-        if not 0 < self.precision < 1:
-            raise ValueError(f"precision must be in (0, 1), got {self.precision}")
-
-    @staticmethod
-    def round(rate: float) -> float:
-        return float(f"{rate:.4g}")
-
-    def snap(self, rate: float) -> float:
-        """`rate` rounded, then kept within [min_rate, max_rate] (rounding may step past a limit)."""
-        return min(max(self.round(rate), self.min_rate), self.max_rate)
-
-    def record(self, rate: float, met: bool) -> None:
-        self.outcomes[self.snap(rate)] = bool(met)
-
-    @property
-    def upper(self) -> float | None:
-        """The lowest rate that failed."""
-        failed = [r for r, ok in self.outcomes.items() if not ok]
-        return min(failed) if failed else None
-
-    @property
-    def lower(self) -> float | None:
-        """The highest rate that met the criterion below every failing rate."""
-        hi = self.upper
-        passed = [r for r, ok in self.outcomes.items() if ok and (hi is None or r < hi)]
-        return max(passed) if passed else None
-
-    def next_rate(self) -> float | None:
-        lo, hi = self.lower, self.upper
-        if lo is None and hi is None:
-            rate = self.start
-        elif hi is None:   # at max_rate already, this rate is max_rate again: tried, so the search ends below
-            rate = min(lo * self.growth, self.max_rate)
-        elif lo is None:   # as at max_rate
-            rate = max(hi / self.growth, self.min_rate)
-        elif (hi - lo) / lo <= self.precision:
-            return None
-        else:
-            rate = (lo + hi) / 2
-        rate = self.snap(rate)
-        if rate in self.outcomes:   # rounding cannot split the bracket any further
-            return None
-        return rate
-
-    def result(self) -> dict:
-        """capacity (the highest rate that met the criterion), its bound, the bracket's upper end, probes."""
-        lo, hi = self.lower, self.upper
-        if lo is None:
-            bound, capacity = "<", hi          # even the lowest rate tried failed
-        elif hi is None:
-            bound, capacity = ">=", lo         # never failed up to max_rate
-        else:
-            bound, capacity = "=", lo
-        return {"capacity": capacity, "bound": bound, "upper": hi, "probes": len(self.outcomes),
-                "done": self.next_rate() is None}
 
 
 def bound_reason(bound: str, done: bool = True, error=None) -> str:

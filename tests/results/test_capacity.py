@@ -196,3 +196,19 @@ def test_capacity_sweep_through_parallel_launchers(tmp_path, launcher):
     sweep(tmp_path, *extra, launcher=launcher, engines="paged")
     table = pd.read_csv(tmp_path / "capacity.csv")
     assert table["done"].all() and len(table) == 2 * 2      # 2 seeds x 2 criteria
+
+
+def test_a_warm_started_sweep_finds_the_cold_sweeps_capacities_in_fewer_runs(tmp_path):
+    """Seed 1 starts from seed 0's capacity: the same bracket on these curves (monotone where probed; at 2% precision
+    a one-minute trace's curve is not, and the warm search may end on another bracket), fewer runs."""
+    sweep(tmp_path / "warm")
+    sweep(tmp_path / "cold", "hydra.sweeper.warm_start=null")
+    warm, cold = (pd.read_csv(tmp_path / name / "capacity.csv") for name in ("warm", "cold"))
+    same = ["engine", "seed", "criterion", "capacity", "bound", "upper", "done"]
+    pd.testing.assert_frame_equal(warm[same], cold[same])
+    assert warm["hint"].notna().sum() == 4 and cold["hint"].isna().all()   # seed 1's: 2 engines x 2 criteria
+    at_seed1 = warm["seed"] == 1
+    assert (warm["probes"][at_seed1] <= cold["probes"][at_seed1]).all()
+    assert warm["probes"][at_seed1].sum() < cold["probes"][at_seed1].sum()
+    runs = {name: len(list((tmp_path / name).rglob("summary.json"))) for name in ("warm", "cold")}
+    assert runs["warm"] < runs["cold"], runs
