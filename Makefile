@@ -23,11 +23,13 @@ test: install
 
 # The report rebuilt from this checkout (results/report/steps.yaml: every run it reads, then docs/REPORT.md).
 # Steps whose records this result-affecting code already made are reused; the time of each step and section
-# is printed. JOBS: parallel processes of each sim sweep (default: one per core); LAUNCHER=slurm for a cluster.
+# is printed. JOBS: parallel processes of each sim sweep (default: one per core); LAUNCHER=slurm for a cluster;
+# PARALLEL: untimed steps run at once (default 1; the timed steps always run alone).
 # report-quick: the same steps, smaller (one seed, short traces, a coarse search), into outputs/report-quick/.
 JOBS ?=
 LAUNCHER ?=
-REPORT_ARGS = $(if $(JOBS),--jobs $(JOBS)) $(if $(LAUNCHER),--launcher $(LAUNCHER))
+PARALLEL ?=
+REPORT_ARGS = $(if $(JOBS),--jobs $(JOBS)) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(PARALLEL),--parallel $(PARALLEL))
 report: install
 	$(PY) -m results.report.build $(REPORT_ARGS)
 

@@ -4,6 +4,7 @@
     python -m results.report.build --quick         # make report-quick: outputs/report-quick/ -> its REPORT.md
     python -m results.report.build --jobs 2        # the sim sweeps' parallel processes (default: one per core)
     python -m results.report.build --launcher slurm   # the sim sweeps on a SLURM cluster (conf/hydra/launcher)
+    python -m results.report.build --parallel 2    # two untimed steps at once (each sweep with its own processes)
     python -m results.report.build --list          # the steps, their commands and whether their records are current
     python -m results.report.build --steps capacity,chat   # only these steps, then render
     python -m results.report.build --update        # make report-update: only what this code changed since the report
@@ -18,8 +19,10 @@ this code; a step fails if its scope's code changes while it runs, and the build
 scope's code changed since the build began (an edit would leave records of two codes). A change outside
 the sim's scope (the server, the real backend) thus leaves the sim's records current, and the sim steps can
 be rebuilt while such a change is being made. The untimed
-steps (the sim's sweeps and studies) run first, then the timed ones (the real backend on this CPU, the
-peers, the swap benchmark) one at a time, nothing else of the build running beside them. A failed step is
+steps (the sim's sweeps and studies) run first, `--parallel` of them at once (default one: a search's rounds
+leave cores idle while their slowest run ends, which another step can fill), then the timed ones (the real
+backend on this CPU, the peers, the swap benchmark) one at a time, nothing else of the build running beside
+them. A failed step is
 reported with the end of its log and the build goes on: the report then holds the sections that have
 records and lists the rest, and the shipped report is not replaced. The time of every step and section is
 printed at the end, and kept in ROOT/build.json. Writing the shipped report also rewrites the README's
@@ -36,6 +39,7 @@ and leaves the sim's sections as they are, on a clean clone too.
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timezone
 import json
 import os
@@ -244,6 +248,58 @@ def render(root: Path, out: Path, complete_or_fail: bool = False, earlier: Earli
     return 1 if stale or report.not_run or misread else 0
 
 
+def run_steps(chosen: list[Step], root: Path, quick: bool, codes: dict[str, str], jobs: int | None,
+              launcher: str | None, parallel: int = 1) -> tuple[list[dict], list[str]]:
+    """Run `chosen` (untimed steps first, then timed: `order`), reusing current records: up to `parallel` untimed
+    steps at once, each timed one alone; the stamps (with a status: ran, reused, failed) in `chosen`'s order, and
+    the names of the steps that failed. No step starts once the code of its scope differs from `codes` (an edit
+    while building: records of two codes), and the build then stops there."""
+    stamps: dict[int, dict] = {}
+    failed: list[str] = []
+    left = list(enumerate(chosen, 1))
+    with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        running: dict[Future, tuple[int, Step, str]] = {}
+        while left or running:
+            while left and len(running) < (1 if left[0][1].timed else parallel) \
+                    and not (left[0][1].timed and running):
+                i, step = left[0]
+                label = f"[{i}/{len(chosen)}] {step.name}"
+                code, now = codes[step.code], digest(scope=step.code)
+                if now != code:   # an edit under engines/, conf/, ... while building: records would mix two codes
+                    print(f"error: the result-affecting code ({step.code}) changed during the build ({code} -> "
+                          f"{now}); the steps left ({', '.join(s.name for _, s in left)}) were not run: run the "
+                          f"build again", file=sys.stderr)
+                    failed.append(step.name)
+                    left = []
+                    break
+                left.pop(0)
+                if is_current(step, root, quick, code):
+                    stamps[i] = {**read_stamp(step.folder(root)), "status": "reused"}
+                    print(f"{label}: current records reused ({shown(step.folder(root))})", flush=True)
+                    continue
+                moved = set_aside(step, root, quick, code)
+                if moved:
+                    print(f"{label}: records of other code or another command moved to {shown(moved)}", flush=True)
+                print(f"{label}: {step.shown(root, quick)}", flush=True)
+                running[pool.submit(run_step, step, root, quick, code, jobs, launcher)] = (i, step, code)
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                i, step, code = running.pop(future)
+                stamp = future.result()
+                if stamp["ok"] and digest(scope=step.code) != code:   # changed while it ran: runs of either code
+                    stamp = {**stamp, "ok": False, "error": "the result-affecting code changed while the step ran"}
+                    write_stamp(step.folder(root), stamp)
+                stamps[i] = {**stamp, "status": "ran" if stamp["ok"] else "failed"}
+                print(f"[{i}/{len(chosen)}] {step.name}: {'done' if stamp['ok'] else 'FAILED'} in "
+                      f"{minutes(stamp['wall_s'])}", flush=True)
+                if not stamp["ok"]:
+                    failed.append(step.name)
+                    print(tail(step.folder(root) / LOG), file=sys.stderr)
+    return [stamps[i] for i in sorted(stamps)], failed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m results.report.build", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
@@ -251,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, help="the records' root (default outputs/, or outputs/report-quick/)")
     parser.add_argument("--out", type=Path, help=f"the report (default {shown(REPORT)}; quick: ROOT/REPORT.md)")
     parser.add_argument("--jobs", type=int, help="parallel processes of each sim sweep (default: one per core)")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="untimed steps run at once (default 1); the timed ones always run alone, after them")
     parser.add_argument("--launcher", help="the sim sweeps' Hydra launcher (conf/hydra/launcher: local, slurm; "
                                            "basic: in the sweep's own process, the quick build's default)")
     parser.add_argument("--steps", help="comma-separated step names to run (default: all); the report is rendered "
@@ -264,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
         parser.error(f"--jobs must be a positive count of processes, got {args.jobs}")
+    if args.parallel < 1:
+        parser.error(f"--parallel must be a positive count of steps, got {args.parallel}")
     root = Path(shown(args.root or (QUICK_ROOT if args.quick else FULL_ROOT)))   # relative where inside the tree
     out = args.out or (root / "REPORT.md" if args.quick or args.root else REPORT)
     try:
@@ -311,35 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"result-affecting code {codes['all']} ({narrower(codes)}); records under {shown(root)}; "
           f"{len(chosen)} steps"
           + (" (quick)" if args.quick else ""), flush=True)
-    results, failed = [], []
     launcher = args.launcher or ("basic" if args.quick and not args.jobs else None)   # tiny runs: no process pool
-    for i, step in enumerate([] if args.render_only else chosen, 1):
-        label = f"[{i}/{len(chosen)}] {step.name}"
-        code, now = codes[step.code], digest(scope=step.code)
-        if now != code:   # an edit under engines/, conf/, ... while building: records would mix two codes
-            print(f"error: the result-affecting code ({step.code}) changed during the build ({code} -> {now}); "
-                  f"the steps left ({', '.join(s.name for s in chosen[i - 1:])}) were not run: run the build "
-                  f"again", file=sys.stderr)
-            failed.append(step.name)
-            break
-        if is_current(step, root, args.quick, code):
-            stamp = read_stamp(step.folder(root))
-            results.append({**stamp, "status": "reused"})
-            print(f"{label}: current records reused ({shown(step.folder(root))})", flush=True)
-            continue
-        moved = set_aside(step, root, args.quick, code)
-        if moved:
-            print(f"{label}: records of other code or another command moved to {shown(moved)}", flush=True)
-        print(f"{label}: {step.shown(root, args.quick)}", flush=True)
-        stamp = run_step(step, root, args.quick, code, args.jobs, launcher)
-        if stamp["ok"] and digest(scope=step.code) != code:   # changed while it ran: runs of either code
-            stamp = {**stamp, "ok": False, "error": "the result-affecting code changed while the step ran"}
-            write_stamp(step.folder(root), stamp)
-        results.append({**stamp, "status": "ran" if stamp["ok"] else "failed"})
-        print(f"{label}: {'done' if stamp['ok'] else 'FAILED'} in {minutes(stamp['wall_s'])}", flush=True)
-        if not stamp["ok"]:
-            failed.append(step.name)
-            print(tail(step.folder(root) / LOG), file=sys.stderr)
+    results, failed = run_steps([] if args.render_only else chosen, root, args.quick, codes, args.jobs, launcher,
+                                args.parallel)
     if results:
         print("\n" + times_table(results))
         atomic_write(root / "build.json", lambda tmp: Path(tmp).write_text(json.dumps(

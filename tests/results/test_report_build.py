@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 import shutil
 import sys
+import threading
 
 import pytest
 
@@ -245,3 +246,35 @@ def test_a_sim_step_runs_with_the_scope_in_its_environment_and_stamps_it(tmp_pat
     stamp = build.run_step(step, tmp_path, False, scope_codes()["sim"])
     assert stamp["ok"] and stamp["result_scope"] == "sim" and stamp["result_code"] == scope_codes()["sim"]
     assert "scope sim" in (step.folder(tmp_path) / build.LOG).read_text()
+
+
+def test_parallel_untimed_steps_run_together_and_each_timed_step_runs_alone(tmp_path, monkeypatch, capsys):
+    steps = [Step(name, "Figure 2", ("python", f"{name}.py"), timed=name.startswith("timed")) for name in
+             ("a", "b", "c", "timed1", "timed2")]
+    monkeypatch.setattr(build, "load_steps", lambda: steps)
+    together = threading.Barrier(2, timeout=20)   # a and b must be running at the same time
+    active, seen, lock = [], {}, threading.Lock()
+
+    def run_step(step, root, quick, code, *args):
+        with lock:
+            active.append(step.name)
+            seen[step.name] = sorted(active)
+        if step.name in ("a", "b"):
+            together.wait()
+        with lock:
+            active.remove(step.name)
+        return {"step": step.name, "section": step.section, "ok": step.name != "c", "wall_s": 0.0,
+                "result_code": code}
+
+    monkeypatch.setattr(build, "run_step", run_step)
+    monkeypatch.setattr(build, "render", lambda *args, **kwargs: 0)
+    assert build.main(["--root", str(tmp_path), "--parallel", "2"]) == 1                     # c failed
+    assert seen["timed1"] == ["timed1"] and seen["timed2"] == ["timed2"]
+    assert set(seen) == {"a", "b", "c", "timed1", "timed2"}
+    out, err = capsys.readouterr()
+    table = out[out.index("step "):]
+    assert [line.split()[0] for line in table.splitlines()[1:6]] == ["a", "b", "c", "timed1", "timed2"]
+    assert "failed steps: c" in err
+    with pytest.raises(SystemExit):
+        build.main(["--parallel", "0"])
+    assert "--parallel must be a positive count of steps" in capsys.readouterr().err
