@@ -308,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help=f"the report (default {shown(REPORT)}; quick: ROOT/REPORT.md)")
     parser.add_argument("--jobs", type=int, help="parallel processes of each sim sweep (default: one per core)")
     parser.add_argument("--parallel", type=int, default=1,
-                        help="untimed steps run at once (default: one at a time); the timed ones always run alone, after them")
+                        help="untimed steps run at once (default: one at a time); the timed ones always run alone, "
+                             "after them")
     parser.add_argument("--launcher", help="the sim sweeps' Hydra launcher (conf/hydra/launcher: local, slurm; "
                                            "basic: in the sweep's own process, the quick build's default)")
     parser.add_argument("--steps", help="comma-separated step names to run (default: all); the report is rendered "
