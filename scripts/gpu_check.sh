@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
-# Everything pagedbench needs a GPU for, in one call of at most 540 s of step limits (one device command
+# Everything pagedbench needs a GPU for, in one call of at most 535 s of step limits (one device command
 # may run 600 s), the most valuable steps first, and the results packed after every step, so a run cut
 # short still brings back what it measured:
-#   1. imports (installing from the carried wheels only what is missing), device, versions  <= 70 s
+#   1. imports (installing from the carried wheels only what is missing), device, versions  <= 60 s
 #   2. tests/kernels natively (Triton compiled for the GPU, not interpreted)             <= 90 s
 #   3. Figure 18a: paged vs contiguous decode kernel latency, batch 8 and 32, contexts 64-4096, block
 #      sizes 8-256, Triton's pipelining stages 0 (default) / 2 / 4, torch SDPA on the same K/V as an
-#      outside reference, bandwidth against the measured copy ceiling -> kernels/        <= 110 s
+#      outside reference, bandwidth against the measured copy ceiling -> kernels/        <= 80 s
 #   4. a profile of the real backend's iterations (OPT-1.3B, fp16, random weights)
-#      -> profile/opt-1.3b.parquet (rows also in profile/*.csv as measured)             <= 110 s
-#   5. its fitted preset -> preset/$PRESET.yaml                                          <= 20 s
+#      -> profile/opt-1.3b.parquet (rows also in profile/*.csv as measured)             <= 100 s
+#   5. its fitted preset -> preset/$PRESET.yaml                                          <= 15 s
 #   6. Figure 19a: swap-out / swap-in latency against block size (pinned host memory) beside the prefill
-#      that recomputation costs -> swap/                                                 <= 40 s
+#      that recomputation costs -> swap/                                                 <= 60 s
 #   7. the three engines on that model with the Triton kernels, on a short trace file, replayed through
-#      the sim with the fitted preset -> replay/replay.csv                                <= 100 s
+#      the sim with the fitted preset -> replay/replay.csv                                <= 130 s
 # Everything lands in OUTDIR and, packed, in OUTDIR/gpu_check.tar.gz (one file to bring back).
 #
 #   bash scripts/gpu_check.sh OUTDIR
@@ -43,7 +43,7 @@ TRACE="${TRACE:-data/traces/sharegpt_16_seed2.jsonl}"   # the first 16 requests 
 if [ "$DRY_RUN" = 1 ]; then
     MODEL=tiny; DTYPE=float32; PRESET=dry-run-fitted; PROFILE_ARGS="--quick --repeats 2"
     BENCH_ARGS="--batches 2 --context-lens 64 --block-sizes 8 16 --num-stages 0 2"; KV="backend.cpu_kv_budget_mib=64"
-    PROFILE_LIMIT=400   # a CPU is slow; the GPU's limit is below
+    PROFILE_LIMIT=400; BENCH_LIMIT=110   # a CPU is slow; the GPU's limits are below
     SWAP_TOKENS=256
     export TRITON_INTERPRET=1
 else
@@ -97,7 +97,7 @@ install_missing() {
 }
 export -f install_missing
 export MODULES WHEELS SITE PY
-step wheels 30 bash -c install_missing
+step wheels 20 bash -c install_missing
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 step imports 20 "$PY" -c "
 import run, studies.kernel_bench, studies.profile, studies.fit, studies.swap_bench, studies.replay
@@ -133,15 +133,15 @@ KERNEL_TESTS=tests/kernels
 [ "$DRY_RUN" = 1 ] && KERNEL_TESTS="tests/kernels/test_decode_attention.py -k stages"
 # pytest.ini options of the project (--benchmark-disable) need pytest-benchmark: carried when missing.
 step kernel_tests 90 "$PY" -m pytest $KERNEL_TESTS -q -p no:cacheprovider --junitxml="$OUTDIR/kernel_tests.xml"
-step kernel_bench 110 "$PY" -m studies.kernel_bench --out "$OUTDIR/kernels" $BENCH_ARGS
-step profile "${PROFILE_LIMIT:-110}" "$PY" -m studies.profile --model "$MODEL" --dtype "$DTYPE" $PROFILE_ARGS \
+step kernel_bench "${BENCH_LIMIT:-80}" "$PY" -m studies.kernel_bench --out "$OUTDIR/kernels" $BENCH_ARGS
+step profile "${PROFILE_LIMIT:-100}" "$PY" -m studies.profile --model "$MODEL" --dtype "$DTYPE" $PROFILE_ARGS \
     --out "$OUTDIR/profile/$MODEL.parquet"
 PROFILE_TABLE="$OUTDIR/profile/$MODEL.parquet"   # or, if the profile was cut short, the rows it measured
 [ -f "$PROFILE_TABLE" ] || PROFILE_TABLE="$OUTDIR/profile/$MODEL.rows.csv"
-step fit 20 "$PY" -m studies.fit "$PROFILE_TABLE" --base h200 --name "$PRESET"
+step fit 15 "$PY" -m studies.fit "$PROFILE_TABLE" --base h200 --name "$PRESET"
 mkdir -p "$OUTDIR/preset" && cp "conf/hardware/$PRESET.yaml" "$OUTDIR/preset/" 2>/dev/null
-step swap_bench 40 "$PY" -m studies.swap_bench --model "$MODEL" --tokens "$SWAP_TOKENS" --out "$OUTDIR/swap"
-step replay 100 "$PY" -m studies.replay "$TRACE" --model "$MODEL" --hardware "$PRESET" \
+step swap_bench 60 "$PY" -m studies.swap_bench --model "$MODEL" --tokens "$SWAP_TOKENS" --out "$OUTDIR/swap"
+step replay 130 "$PY" -m studies.replay "$TRACE" --model "$MODEL" --hardware "$PRESET" \
     --engines static,orca_max,paged --out "$OUTDIR/replay" --real "$KV"
 
 [ "$DRY_RUN" = 1 ] && rm -f "conf/hardware/$PRESET.yaml"   # a dry run's preset is not a measurement

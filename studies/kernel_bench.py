@@ -159,6 +159,8 @@ def decode_calls(layout: str, batch: int, context_len: int, block_size: int = 16
             v4 = v.view(batch, context_len, kv_heads, dim).transpose(1, 2)
             calls.append(lambda q4=q4, k4=k4, v4=v4, scale=scale: torch.nn.functional.scaled_dot_product_attention(
                 q4, k4, v4, scale=scale, enable_gqa=kv_heads != heads))
+    if CUDA:   # the inputs are drawn on the default stream; the timing runs the calls on another, which must
+        torch.cuda.synchronize()   # not read a block table before it is written (an illegal address on an H200)
     return calls
 
 

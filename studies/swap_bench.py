@@ -161,6 +161,7 @@ def measure(model_name: str = "tiny", tokens: int = 1024, repeats: int = 5, devi
     spec = load_model(model_name)
     per_slot = bytes_per_slot(spec.num_layers, spec.num_kv_heads, spec.head_dim, dtype)
     recompute = recompute_s(model_name, tokens, dev, dtype, repeats)
+    print(f"recompute of {tokens} tokens: {1e3 * recompute:.2f} ms", file=sys.stderr, flush=True)
     rows, skipped = [], []
     with RowLog(rows_csv) as log:
         for n, bs in row_plan(tokens, block_sizes):
@@ -183,6 +184,8 @@ def measure(model_name: str = "tiny", tokens: int = 1024, repeats: int = 5, devi
                          "bytes": blocks * bs * per_slot, "swap_out_ms": 1e3 * out_s, "swap_in_ms": 1e3 * in_s,
                          "recompute_ms": 1e3 * recompute if n == tokens else None})
             log.append(rows[-1])
+            print(f"{n} tokens in blocks of {bs}: swap out {1e3 * out_s:.2f} ms, in {1e3 * in_s:.2f} ms",
+                  file=sys.stderr, flush=True)
     if len(rows) < 2:
         raise ValueError(f"{len(rows)} swap row(s) fit the memory free, too few to fit the link: {'; '.join(skipped)}")
     meta = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "dtype": str(dtype),

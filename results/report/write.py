@@ -45,6 +45,7 @@ from results.report.reads import Reads, declared, steps_of
 from results.report.template import render
 from results.report.backend_sections import section_real, section_validation
 from results.report.peers import section_peers
+from results.report.kernels import kernels
 
 
 OUT = OUTPUTS / "report" / "REPORT.md"   # where the report goes unless told: never over the shipped one
@@ -53,13 +54,6 @@ OUT = OUTPUTS / "report" / "REPORT.md"   # where the report goes unless told: ne
 def title() -> str:
     """The report's title and what it is."""
     return render("write_title.md.j2")
-
-
-def kernels() -> str:
-    """The section on the paged attention kernel (Figure 18a): the paper's penalty, what measures ours, and what the
-    sim's GPU presets charge instead."""
-    costs = sorted({load_hardware(name).paged_block_cost_tokens for name in available("hardware")} - {0.0})
-    return render("write_kernels.md.j2", paper=reference(), costs=costs)
 
 
 @dataclass(slots=True)
