@@ -67,6 +67,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import datetime
 import io
+import itertools
 import json
 import math
 from typing import TextIO
@@ -74,7 +75,7 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from results.record.summary import (SLO_BOUNDS, TokenGaps, percentile_label, request_latencies,
+from results.record.summary import (SLO_BOUNDS, percentile_label, request_latencies,
                                     summary_percentiles)
 
 VLLM_RESULT = "vllm_result.json"
@@ -145,31 +146,61 @@ DETAILED = ("input_lens", "output_lens", "start_times", "ttfts", "itls", "genera
 CLIENT = "http"     # the backend whose requests leave a client of ours, which may hold them back
 
 
-def token_times(first_s: np.ndarray, gaps: TokenGaps) -> np.ndarray:
+def finished_gaps(requests: pd.DataFrame, finished: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """The ITLs of the finished requests (`finished`: one bool per row), pooled request after request, and how
+    many are each row's (0 for one that did not finish): the values and order of `TokenGaps.of_table`'s kept
+    where their request finished, built without the whole table's arrays (a one-hour run has millions of
+    gaps; each array of them costs tens of MB). None when the table has no token times."""
+    if "token_times_s" not in requests:
+        return None
+    col = requests["token_times_s"].to_numpy()[finished]
+    lengths = np.fromiter(map(len, col), dtype=np.int64, count=len(col))
+    times = np.fromiter(itertools.chain.from_iterable(col), dtype="float64", count=int(lengths.sum()))
+    itl = np.diff(times)
+    del times
+    last = np.cumsum(lengths)[lengths > 0] - 1           # a request's last time: no gap from it to the next's
+    itl = np.delete(itl, last[last < len(itl)])
+    counts = np.zeros(len(finished), dtype=np.int64)
+    counts[finished] = np.maximum(lengths - 1, 0)
+    return itl, counts
+
+
+def token_times(first_s: np.ndarray, itl_s: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Each token's time as vLLM's `calculate_metrics` places it: its request's first token (`first_s`, one per
-    request of the table, NaN for one that produced none) and then one ITL after another; request after request,
-    the first token of each before its others."""
-    itl, owner = gaps.itl_s, gaps.owner
-    if not itl.size:
-        return first_s[np.isfinite(first_s)]
-    within = np.cumsum(itl)
-    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    request of the table, NaN for one that produced none) and then one ITL after another (`itl_s`, request after
+    request, `counts` of them each request's); request after request, the first token of each before its
+    others. Built in one array, with one temporary of its size at a time."""
+    firsts = first_s[np.isfinite(first_s)]
+    out = np.empty(len(firsts) + len(itl_s))
+    out[:len(firsts)] = firsts
+    if not itl_s.size:
+        return out
+    within = out[len(firsts):]
+    np.cumsum(itl_s, out=within)
+    has = counts > 0
+    n = counts[has]
+    starts = np.cumsum(n) - n
     before = np.where(starts > 0, within[np.maximum(starts - 1, 0)], 0.0)
-    within -= np.repeat(before, np.diff(np.r_[starts, len(owner)]))
-    later = first_s[owner] + within
-    return np.concatenate([first_s[np.isfinite(first_s)], later])
+    within -= np.repeat(before, n)
+    within += np.repeat(first_s[has], n)
+    return out
 
 
-def peaks(start_s: np.ndarray, end_s: np.ndarray, times_s: np.ndarray, weights: np.ndarray) -> tuple[float, int]:
+def peaks(start_s: np.ndarray, end_s: np.ndarray, times_s: np.ndarray, weights: np.ndarray | None) -> tuple[float, int]:
     """vLLM's `max_output_tokens_per_s` (the most token weight in a one-second bucket counted from the first
-    start) and `max_concurrent_requests` (the most [start, end) intervals open at once), of finished requests."""
+    start; `weights` None: one each) and `max_concurrent_requests` (the most [start, end) intervals open at
+    once), of finished requests."""
     if not start_s.size:
         return 0.0, 0
     first = start_s.min()
     buckets = int(np.ceil(end_s.max() - first)) + 1
-    index = (times_s - first).astype(np.int64)
+    index = np.empty(len(times_s), dtype=np.int64)
+    np.subtract(times_s, first, out=index, casting="unsafe")   # truncated as astype(int64), without a float copy
     keep = (index >= 0) & (index < buckets)
-    per_s = np.bincount(index[keep], weights=weights[keep], minlength=buckets)
+    if not keep.all():
+        index = index[keep]
+        weights = weights[keep] if weights is not None else None
+    per_s = np.bincount(index, weights=weights, minlength=buckets)
     edges = np.concatenate([start_s, end_s])
     steps = np.concatenate([np.ones(len(start_s), np.int64), -np.ones(len(end_s), np.int64)])
     order = np.lexsort((steps, edges))           # by time, a finish before a start at the same time
@@ -184,8 +215,8 @@ def vllm_result(requests: pd.DataFrame, summary: dict, detailed: bool = True) ->
     percentiles = summary_percentiles(summary)
     reqs = requests.sort_values("id")
     finished = (reqs["status"] == "finished").to_numpy()
-    gaps = TokenGaps.of_table(reqs)
-    lat = request_latencies(reqs, gaps)
+    gaps = finished_gaps(reqs, finished)
+    lat = request_latencies(reqs)                 # ttft, tpot, e2e: no gaps needed
     width = reqs["width"] if "width" in reqs else pd.Series(1, index=reqs.index)
     output_lens = (reqs["output_len"] * width).where(finished, 0)
     rate = summary.get("request_rate")
@@ -199,14 +230,15 @@ def vllm_result(requests: pd.DataFrame, summary: dict, detailed: bool = True) ->
     ttft = lat["ttft_s"].to_numpy(dtype="float64") - queued        # from the send, as vLLM's clock starts
     e2el = lat["e2e_latency_s"].to_numpy(dtype="float64") - queued
     if gaps is not None:
-        kept = finished[gaps.owner]                 # the gaps of finished requests, pooled as vLLM pools them
-        done_gaps = TokenGaps(gaps.itl_s[kept], gaps.owner[kept], gaps.num_requests)
-        itls = ITLs(done_gaps.itl_s, np.bincount(gaps.owner, minlength=len(reqs)) * finished)
+        itl_s, counts = gaps                        # the gaps of finished requests, pooled as vLLM pools them
+        itls = ITLs(itl_s, counts)
         first = np.where(finished, reqs["first_token_s"].to_numpy(dtype="float64"), np.nan)
-        times = token_times(first, done_gaps)
+        times = token_times(first, itl_s, counts)
         rows = width.to_numpy()
-        weights = np.concatenate([rows[np.isfinite(first)], rows[done_gaps.owner]]).astype("float64")
+        weights = None if (rows == 1).all() else np.concatenate(
+            [rows[np.isfinite(first)], np.repeat(rows, counts)]).astype("float64")
         peak_tokens, peak_requests = peaks(start[finished], start[finished] + e2el[finished], times, weights)
+        del times, weights
     else:
         itls = ITLs(np.empty(0), np.zeros(len(reqs), dtype=np.int64))
         peak_tokens, peak_requests = None, None

@@ -9,8 +9,9 @@ import pytest
 
 from engines.config import engine_config
 from results.record.store import SUMMARY, read_summary, save_run
-from results.record.summary import SLO, RunSetting, build_summary
-from results.record.vllm_result import DETAILED, UNFINISHED, VLLM_RESULT, to_json, vllm_result
+from results.record.summary import SLO, RunSetting, TokenGaps, build_summary
+from results.record.vllm_result import (DETAILED, UNFINISHED, VLLM_RESULT, finished_gaps, to_json,
+                                        token_times, vllm_result)
 from tests.results.test_metrics_timelines import (ITERATIONS, REQS, TIMELINES, WARMUP, finished, per_request,
                                                   requests_of, values)
 from workloads.config import WorkloadConfig
@@ -264,3 +265,42 @@ def test_a_failed_request_names_its_error():
     reqs.loc[5, "status"] = "failed"
     reqs.loc[5, "rejected_reason"] = "HTTP 503: stopping"
     assert written(reqs)["errors"][5] == "HTTP 503: stopping"
+
+
+
+def pooled_token_times(first_s, gaps):
+    """Each token's time from the table's `TokenGaps` kept on finished requests, the whole-array way
+    (vllm_result's before the lean path): the pooled running sum of the gaps, less the requests' before."""
+    itl, owner = gaps.itl_s, gaps.owner
+    if not itl.size:
+        return first_s[np.isfinite(first_s)]
+    within = np.cumsum(itl)
+    starts = np.flatnonzero(np.r_[True, owner[1:] != owner[:-1]])
+    before = np.where(starts > 0, within[np.maximum(starts - 1, 0)], 0.0)
+    within -= np.repeat(before, np.diff(np.r_[starts, len(owner)]))
+    return np.concatenate([first_s[np.isfinite(first_s)], first_s[owner] + within])
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_finished_gaps_and_token_times_are_the_tables_gaps_of_finished_requests(seed):
+    """The lean path (no whole-table arrays) gives, to the bit, the table's `TokenGaps` kept where the request
+    finished and the token times the pooled arrays give; each token at its request's first time plus its gaps
+    so far: random tables with empty, one-time and unfinished requests."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 30))
+    lengths = rng.choice([0, 1, 2, 5, 40], size=n)
+    times = [list(np.cumsum(rng.exponential(0.05, k)) + rng.uniform(0, 3)) for k in lengths]
+    reqs = pd.DataFrame({"token_times_s": times})
+    finished = (rng.random(n) < 0.7) & (lengths > 0)      # a finished request produced a token
+    itl_s, counts = finished_gaps(reqs, finished)
+    gaps = TokenGaps.of_table(reqs)
+    kept = finished[gaps.owner]
+    assert itl_s.tobytes() == gaps.itl_s[kept].tobytes()
+    assert counts.tolist() == [max(k - 1, 0) if f else 0 for k, f in zip(lengths, finished)]
+    first = np.array([t[0] if f else math.nan for t, f in zip(times, finished)])
+    got = token_times(first, itl_s, counts)
+    want = pooled_token_times(first, TokenGaps(gaps.itl_s[kept], gaps.owner[kept], n))
+    assert got.tobytes() == want.tobytes()
+    each = [t[0] for t, f in zip(times, finished) if f]
+    each += [t[0] + g for t, f in zip(times, finished) if f for g in np.cumsum(np.diff(t))]
+    assert np.allclose(got, each, rtol=0, atol=1e-9)
