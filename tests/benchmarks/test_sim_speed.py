@@ -3,17 +3,26 @@ one-hour trace at about paged's capacity (~18,000 requests), trace to summary.
 
     make bench PYTEST_ARGS="-k sim_speed -s"
     make bench PYTEST_ARGS="-k one_hour -s"       # the one-hour run alone (the README's speed figure)
+    make bench PYTEST_ARGS="-k whole_process -s"  # the same trace as a whole `python run.py` process
 
 The figure of merit is wall time per run (each run after a warm-up run, several rounds: pytest-benchmark's
 min, median and spread) and simulated iterations per wall second (in the benchmark's extra_info). Each run
-must finish every request. Target for the one-hour run: at most 10 s on a 2-core machine.
+must finish every request. Target for the one-hour run: at most 10 s on a 2-core machine. The whole-process
+run also records its peak memory (the child's maximum resident set, in extra_info as peak_mib): what a run of a
+capacity search costs, its saved tables and vllm_result.json included.
 """
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 
 from engines.config import PagedEngineConfig, SchedulerLimits, engine_config
 from engines.loop import run_engine
 from engines.sim.build import SimBackendConfig, build_sim
 from engines.specs.presets import load_hardware, load_model
+from paths import ROOT
 from results.record.frames import iterations_frame, requests_frame
 from results.record.summary import summarize
 from workloads import WorkloadConfig, build_workload
@@ -23,6 +32,8 @@ ENGINES = [dict(name="static"), dict(name="orca", reservation="max"), dict(name=
 NUM_REQUESTS = 1000
 ROUNDS, WARMUP_ROUNDS = 5, 1                    # 1,000 requests: 0.1-1 s a run
 ONE_HOUR_ROUNDS, ONE_HOUR_WARMUP_ROUNDS = 3, 1  # about 4 s a run
+ONE_HOUR_RUN = ["backend=sim", "engine=paged", "workload=sharegpt", "workload.arrival=poisson",
+                "workload.request_rate=5", "workload.duration_s=3600", "progress=false", "rerun=true"]
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +82,39 @@ def test_sim_speed_one_hour_sharegpt_at_paged_capacity(benchmark, setting):
         print(f"\none-hour ShareGPT trace at 5 req/s, paged: {summary['num_requests']} requests, "
               f"{len(record.iterations)} iterations, median {stats.median:.1f} s of {stats.rounds} runs "
               f"({stats.min:.1f}-{stats.max:.1f} s; target <= 10 s)")
+
+
+def run_process(args: list[str], log) -> tuple[int, float]:
+    """`python run.py ARGS` as a child process: its exit code and its peak memory in MiB (the child's own
+    rusage, from wait4: not the largest of every child this process ever had)."""
+    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), *args], stdout=log, stderr=subprocess.STDOUT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_maxrss / 1024      # KiB on Linux
+
+
+def test_sim_speed_one_hour_whole_process(benchmark, tmp_path):
+    """The one-hour trace above as a user runs it (`python run.py backend=sim engine=paged workload.arrival=poisson
+    workload.request_rate=5 workload.duration_s=3600`): start-up, the run, its tables, summary and
+    vllm_result.json written; wall time per process and its peak memory."""
+    run_dir = tmp_path / "run"
+    benchmark.group = "sim: one-hour ShareGPT trace at 5 req/s, a whole run.py process"
+    peaks = []
+
+    def one_process():
+        with open(tmp_path / "run.log", "a") as log:
+            code, peak = run_process([*ONE_HOUR_RUN, f"hydra.run.dir={run_dir}"], log)
+        assert code == 0, (tmp_path / "run.log").read_text()[-2000:]
+        peaks.append(peak)
+
+    benchmark.pedantic(one_process, rounds=ONE_HOUR_ROUNDS, warmup_rounds=ONE_HOUR_WARMUP_ROUNDS, iterations=1)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["num_finished"] == summary["num_requests"] > 15_000
+    assert (run_dir / "vllm_result.json").is_file()
+    benchmark.extra_info["peak_mib"] = round(max(peaks))
+    benchmark.extra_info["peak_mib_min"] = round(min(peaks))
+    if benchmark.enabled:
+        stats = benchmark.stats.stats
+        print(f"\none-hour ShareGPT trace at 5 req/s, paged, whole process: median {stats.median:.1f} s of "
+              f"{stats.rounds} runs ({stats.min:.1f}-{stats.max:.1f} s), peak memory {min(peaks):.0f}-{max(peaks):.0f} "
+              f"MiB")
