@@ -1,0 +1,60 @@
+"""scripts/paired.py: a command on this checkout against the same command on another commit, A B A B."""
+import importlib.util
+import subprocess
+import sys
+
+import pytest
+
+from paths import ROOT
+
+SCRIPT = ROOT / "scripts" / "paired.py"
+spec = importlib.util.spec_from_file_location("paired", SCRIPT)
+paired = importlib.util.module_from_spec(spec)
+sys.modules["paired"] = paired          # dataclasses look their module up by name
+spec.loader.exec_module(paired)
+Measure = paired.Measure
+
+
+def test_the_report_gives_each_sides_spread_and_the_ratio_pair_by_pair():
+    pairs = [(Measure(2.0, 1.5, 100.0), Measure(4.0, 3.0, 200.0)),
+             (Measure(3.0, 2.0, 110.0), Measure(3.0, 2.0, 190.0)),
+             (Measure(1.0, 1.0, 120.0), Measure(4.0, 2.0, 210.0))]
+    lines = paired.report(pairs).splitlines()
+    assert lines[0] == "3 pairs, min / median / max"
+    assert "A wall s     1.00 / 2.00 / 3.00" in lines
+    assert "B peak MiB   190 / 200 / 210" in lines
+    # pair by pair (0.5, 1.0, 0.25), not the ratio of the medians (2.0 / 4.0)
+    assert "A/B wall      0.250 / 0.500 / 1.000" in lines
+    assert "A/B cpu       0.500 / 0.500 / 1.000" in lines
+
+
+def worktrees() -> str:
+    return subprocess.run(["git", "-C", str(ROOT), "worktree", "list"], capture_output=True, text=True).stdout
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
+def test_it_runs_both_trees_and_removes_its_worktree(tmp_path, capsys):
+    before = worktrees()
+    code = paired.main(["--base", "HEAD", "--rounds", "2", "--warmup", "0", "--log", str(tmp_path / "log"), "--",
+                        "python", "-c", "import os, pathlib; pathlib.Path('{tmp}', 'cwd').write_text(os.getcwd())"])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("2 pairs") and "A/B wall" in out
+    log = (tmp_path / "log").read_text()
+    assert log.count(f"$ (cd {ROOT} && ") == 2 and log.count("/base && ") == 2   # A here, B in the worktree
+    assert worktrees() == before
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
+def test_a_failed_run_fails_the_call_and_leaves_no_worktree(tmp_path, capsys):
+    before = worktrees()
+    code = paired.main(["--base", "HEAD", "--rounds", "1", "--warmup", "0", "--log", str(tmp_path / "log"), "--",
+                        "python", "-c", "import sys; print('broken'); sys.exit(3)"])
+    assert code == 1
+    assert "exit 3" in capsys.readouterr().err
+    assert worktrees() == before
+
+
+def test_no_command_is_an_error():
+    with pytest.raises(SystemExit):
+        paired.main(["--base", "HEAD"])
