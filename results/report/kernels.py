@@ -31,8 +31,7 @@ def kernel_rows(bench: pd.DataFrame) -> list[list[str]]:
     """One row per (batch, context) at Triton's default pipelining: contiguous and paged latency, their ratio at
     SHOWN_BLOCK and across the block sizes, SDPA, and the paged kernel's share of the copy ceiling."""
     rows = []
-    default = bench[bench["num_stages"] == "default"]
-    for (batch, context), g in default.groupby(["batch", "context_len"], sort=True):
+    for (batch, context), g in at_default(bench).groupby(["batch", "context_len"], sort=True):
         at = g[g["block_size"] == SHOWN_BLOCK].iloc[0]
         ratios = g["paged_over_contiguous"]
         rows.append([str(batch), f"{context:,}", num(at["contiguous_mean_us"], ".1f"), num(at["paged_mean_us"], ".1f"),
@@ -41,16 +40,23 @@ def kernel_rows(bench: pd.DataFrame) -> list[list[str]]:
     return rows
 
 
+def at_default(bench: pd.DataFrame) -> pd.DataFrame:
+    """The rows at Triton's default pipelining."""
+    return bench[bench["num_stages"] == "default"]
+
+
 def default_at(bench: pd.DataFrame) -> pd.DataFrame:
     """The rows at Triton's default pipelining and SHOWN_BLOCK."""
-    return bench[(bench["num_stages"] == "default") & (bench["block_size"] == SHOWN_BLOCK)]
+    default = at_default(bench)
+    return default[default["block_size"] == SHOWN_BLOCK]
 
 
 def stage_ranges(bench: pd.DataFrame) -> list[dict]:
-    """The paged/contiguous ratio's range over every case, per pipelining setting."""
-    order = sorted(bench["num_stages"].unique(), key=lambda s: (s != "default", s))
-    return [{"stages": stages, "low": bench.loc[bench["num_stages"] == stages, "paged_over_contiguous"].min(),
-             "high": bench.loc[bench["num_stages"] == stages, "paged_over_contiguous"].max()} for stages in order]
+    """The paged/contiguous ratio's range over every case, per pipelining setting (the default first)."""
+    ratio = bench.groupby("num_stages")["paged_over_contiguous"]
+    low, high = ratio.min(), ratio.max()
+    order = sorted(low.index, key=lambda s: (s != "default", s))
+    return [{"stages": stages, "low": low[stages], "high": high[stages]} for stages in order]
 
 
 def gpu_values(folder: Path) -> dict | None:
@@ -75,13 +81,13 @@ def gpu_values(folder: Path) -> dict | None:
                          kernel_rows(bench)),
         "stages": stage_ranges(bench),
         "median_pct": 100 * (default_at(bench)["paged_over_contiguous"].median() - 1),
-        "block_spread_pct": 100 * max(g["paged_over_contiguous"].max() - g["paged_over_contiguous"].min()
-                                      for _, g in bench[bench["num_stages"] == "default"].groupby(
-                                          ["batch", "context_len"])),
+        "block_spread_pct": 100 * at_default(bench).groupby(["batch", "context_len"])["paged_over_contiguous"].agg(
+            lambda ratios: ratios.max() - ratios.min()).max(),
         "ceiling_gb_s": bench_ceiling(folder),
         "swap": {"latency_us": 1e6 * swap["fit_host_transfer_latency_s"],
                  "link_gb_s": swap["fit_host_link_bandwidth"] / 1e9, "tokens": swap["tokens"], "model": swap["model"],
-                 "a100_latency_us": 1e6 * a100.host_transfer_latency_s, "a100_link_gb_s": a100.host_link_bandwidth / 1e9},
+                 "a100_latency_us": 1e6 * a100.host_transfer_latency_s,
+                 "a100_link_gb_s": a100.host_link_bandwidth / 1e9},
         "preset": fitted["name"], "fit_mape_pct": 100 * fitted["fitted"]["source"]["residuals"]["mape"],
         "fit_rows": fitted["fitted"]["source"]["residuals"]["rows"],
         "replay": format_table(pd.read_csv(folder / "replay" / "replay.csv")),
