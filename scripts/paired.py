@@ -47,7 +47,10 @@ def run_once(argv: list[str], cwd: Path, log, scratch: Path) -> Measure:
     log.write(f"$ (cd {cwd} && {' '.join(args)})\n")
     log.flush()
     start = time.perf_counter()
-    proc = subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        proc = subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    except OSError as e:
+        raise RuntimeError(f"cannot start {args[0]!r} in {cwd}: {e.strerror}") from None
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     code = os.waitstatus_to_exitcode(status)
@@ -95,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("no command: give it after --")
     if args.rounds < 1 or args.warmup < 0:
         parser.error("--rounds must be at least 1 and --warmup at least 0")
+    known = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{args.base}^{{commit}}"],
+                           capture_output=True)
+    if known.returncode != 0:
+        parser.error(f"--base {args.base}: no such commit in {ROOT}")
     with tempfile.TemporaryDirectory(prefix="paired-") as scratch:
         scratch = Path(scratch)
         base = worktree(args.base, scratch)
