@@ -36,9 +36,11 @@ class BlockTables:
         self.ledger = SplitLedger(capacity, block_size)
         self.block_tables: dict[int, list[list[int]]] = {}   # request id -> one table per row
         self._cached_tokens: dict[int, int] = {}             # request id -> prefix tokens found in the cache
-        # Request id -> the `generated` count at which a single-row group's table is full (its slots less its
-        # prompt): the decode step's test without reading the table; -1 for a group of several rows (always
-        # looked at). Kept by put, take and _append_block, the only changes to a single row's length.
+        # Request id -> the `generated` count from which a group's decode step needs something: for a single row,
+        # when its table is full (its slots less its prompt), kept by put, take and _append_block, the only
+        # changes to a single row's length. For a group of several rows: -1 (always looked at) until grow_all
+        # has readied it, then when its shortest table is full, as each row's write block is its own from then
+        # on (a copy or a new block; only a fork shares a block a group writes into: fork and put reset it).
         self._full_at: dict[int, int] = {}
         # Block moves for the next iteration ("copy" on write, swap "out", swap "in": source, destination) in
         # the order they were decided: a block freed by one may be the destination of a later one.
@@ -166,6 +168,7 @@ class BlockTables:
                     self.release(block, last, seq)
                 if length >= len(table) * bs:
                     self._append_block(table, seq)
+            full_at[seq.id] = min(map(len, rows)) * bs - seq.prompt_len
         return len(seqs)
 
     def growths(self, seqs: list[Sequence]) -> tuple[list[int], int]:
@@ -186,8 +189,8 @@ class BlockTables:
     def _append_block(self, table: list[int], seq: Sequence) -> None:
         """A new block at the end of a row's table (the pool has one available)."""
         table.append(self.pool.allocate())
-        if self._full_at[seq.id] >= 0:          # a single row: full one block later
-            self._full_at[seq.id] += self.block_size
+        if self._full_at[seq.id] >= 0:          # a single row: full one block later (grow_all sets a group's after
+            self._full_at[seq.id] += self.block_size   # its rows, over what this adds)
         self.ledger.row_resized(seq, len(table) - 1, len(table))
 
     def group_needs(self, rows: list[list[int]], length: int, refs: list[int] | None = None,
@@ -241,6 +244,7 @@ class BlockTables:
                 self.release(dst[index], index, seq)
             self.ledger.row_resized(seq, len(dst), len(src))
         self.block_tables[seq.id] = new
+        self._full_at[seq.id] = -1
 
     def free(self, seq: Sequence) -> None:
         self.drop_rows(seq, self.take(seq))
