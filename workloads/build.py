@@ -11,7 +11,7 @@ from workloads.arrivals import arrival_times, arrival_times_within
 from workloads.chat import load_chat
 from workloads.config import WorkloadConfig
 from workloads.filters import passes_filters
-from workloads.pairs import TokenizedPairs
+from workloads.pairs import TokenIds, TokenizedPairs
 from workloads.request import Request
 from workloads.sharegpt import load_sharegpt
 from workloads.synthetic import synthetic_pairs
@@ -86,7 +86,7 @@ def build_workload(cfg: WorkloadConfig) -> list[Request]:
     if len(chosen) > len(kept):
         log.info("%s: %d requests drawn from a pool of %d pairs (%d permutations)", cfg.label, len(chosen),
                  len(kept), -(-len(chosen) // len(kept)))
-    prompts: dict[int, tuple[int, ...]] = {}   # a pair drawn again shares its prompt tuple
+    prompts: dict[int, TokenIds] = {}   # a pair drawn again shares its prompt
     out = []
     for i, (t, j) in enumerate(progress(zip(times, chosen.tolist()), len(times), cfg.label)):
         prompt = prompts.get(j)

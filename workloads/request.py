@@ -1,6 +1,7 @@
 """One request of a trace: what arrives, when, and how much it will generate."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -24,7 +25,7 @@ class Request:
 
     id: int
     arrival_s: float
-    prompt_token_ids: tuple[int, ...] = field(repr=False)
+    prompt_token_ids: Sequence[int] = field(repr=False)   # a tuple, or a pool's `TokenIds` (the same ids)
     output_len: int
     n: int = 1
     beam_width: int = 1

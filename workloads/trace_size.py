@@ -5,9 +5,9 @@ hold and a rough estimate of the memory they take.
 a slip such as `duration_s=1e9` fails at once instead of in numpy's allocator, and `build_workload`
 says how big a large trace is and shows a progress bar while it builds (on a terminal only).
 
-The estimate is of the built list of `Request`s (measured on this code: about 400 bytes a request, plus
-40 a prompt token for prompts no other request shares), not of the run that serves it, which keeps a
-record per request as well. Requests drawn from a dataset share the prompts of its pool, which the file
+The estimate is of the built list of `Request`s (measured on this code: about 400-500 bytes a request, plus
+4 a prompt token for prompts no other request shares: an int32 of the pool's array, which its `TokenIds`
+views), not of the run that serves it, which keeps a record per request as well. Requests drawn from a dataset share the prompts of its pool, which the file
 bounds; only generated workloads (synthetic, translation) make a prompt per request.
 """
 from __future__ import annotations
@@ -23,8 +23,8 @@ from workloads.length_dist import LengthDist
 from workloads.translation import FRAMING_TOKENS, SOURCE_MEAN, prefix_len_for_shots
 
 DEFAULT_MAX_TRACE_REQUESTS = 4_000_000   # above the longest search of conf/: 1000 req/s for 3600 s (3.6M)
-BYTES_PER_REQUEST = 400           # a Request, its arrival time, its place in the list
-BYTES_PER_PROMPT_TOKEN = 40       # a token of a prompt the request holds alone: an int and its slot in a tuple
+BYTES_PER_REQUEST = 400           # a Request, its arrival time, its place in the list, its prompt's view
+BYTES_PER_PROMPT_TOKEN = 4        # a token of a prompt the request holds alone: an int32 in the pool's array
 PROGRESS_MIN_REQUESTS = 100_000   # a trace this long takes a second or more to build: worth a bar
 LARGEST_COUNT = 10**18            # what a count past any memory is shown as (rate x duration can overflow)
 

@@ -6,6 +6,7 @@ import math
 import warnings
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from engines.config import PagedEngineConfig
@@ -99,6 +100,36 @@ def test_each_requests_largest_itl_is_a_float_and_nan_without_a_gap():
     assert largest.dtype == np.float64
     # The one-token request (2) and the rejected one (5) have no gap; the cut-off one (7) has 58.0 -> 58.5.
     np.testing.assert_array_equal(largest, [0.625, 0.125, math.nan, 1.0, 0.125, math.nan, 3.75, 0.5])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_pooled_gaps_are_each_requests_consecutive_differences_in_table_order(seed):
+    """`TokenGaps.of_table` against its definition, on tables with requests of no, one and many token times
+    (first and last included): the same floats, in order, each with its request's row."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.choice([0, 0, 1, 2, 5, 40], size=int(rng.integers(1, 30)))
+    times = [np.cumsum(rng.exponential(0.1, n)).tolist() for n in lengths]
+    table = pd.DataFrame({"token_times_s": times})
+    gaps = TokenGaps.of_table(table)
+    want = [(b - a, row) for row, ts in enumerate(times) for a, b in zip(ts, ts[1:])]
+    assert gaps.itl_s.tolist() == [g for g, _ in want] and gaps.owner.tolist() == [r for _, r in want]
+    assert gaps.owner.dtype == np.int32 and gaps.num_requests == len(times)
+
+
+@pytest.mark.parametrize("nan", [False, True])
+def test_a_distribution_partitioned_in_place_is_the_distribution_of_a_copy(nan):
+    """`scratch`: the same figures to the bit (the mean taken before the values are reordered)."""
+    values = np.random.default_rng(1).lognormal(size=10_001)
+    if nan:
+        values[::7] = math.nan
+    ps = (0, 1, 50, 90, 99, 99.9, 100)
+    want = distribution(values.copy(), "x", ps)
+    mine = values.copy()
+    assert distribution(mine, "x", ps, scratch=True) == want
+    assert nan or not np.array_equal(mine, values)          # reordered in place when it holds no NaN
+    kept = values.copy()
+    distribution(kept, "x", ps)
+    np.testing.assert_array_equal(kept, values)            # without `scratch`, left as it was
 
 
 def test_a_one_token_output_has_no_tpot_even_when_it_finishes_after_its_token():

@@ -10,7 +10,7 @@ import workloads.pairs
 import workloads.sharegpt
 from workloads.alpaca import load_alpaca
 from workloads.cache import cache_key
-from workloads.pairs import TokenizedPairs, tokenize_pairs
+from workloads.pairs import TokenIds, TokenizedPairs, tokenize_pairs
 from workloads.sharegpt import load_sharegpt
 from workloads.tokenizer import load_tokenizer
 
@@ -161,3 +161,18 @@ def test_prefix_tags_validation(ids, lens, message):
     with pytest.raises(ValueError, match=message):
         TokenizedPairs(plain.prompt_ids, plain.prompt_offsets, plain.output_lens, np.array(ids, np.int64),
                        None if lens is None else np.array(lens, np.int64))
+
+
+def test_a_prompt_is_a_read_only_view_that_behaves_as_the_tuple_of_its_ids():
+    pairs = TokenizedPairs.from_lists([[5, 6, 7], [8]], [2, 3])
+    ids = pairs.prompt(0)
+    assert isinstance(ids, TokenIds) and np.shares_memory(np.asarray(ids), pairs.prompt_ids)
+    assert ids == (5, 6, 7) and (5, 6, 7) == ids and ids != (5, 6) and ids != (5, 6, 8) and ids == TokenIds([5, 6, 7])
+    assert hash(ids) == hash((5, 6, 7)) and {ids: 1}[(5, 6, 7)] == 1
+    assert list(ids) == [5, 6, 7] and all(type(t) is int for t in ids) and type(ids[1]) is int and ids[-1] == 7
+    assert ids[1:] == (6, 7) and len(ids) == 3 and 6 in ids and tuple(ids) == (5, 6, 7)
+    with pytest.raises(ValueError):
+        np.asarray(ids)[0] = 9          # the pool's ids cannot be changed through a request
+    assert pairs.prompt_ids[0] == 5
+    with pytest.raises(ValueError, match="one-dimensional"):
+        TokenIds(np.zeros((2, 2)))
