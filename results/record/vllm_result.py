@@ -165,11 +165,25 @@ def finished_gaps(requests: pd.DataFrame, finished: np.ndarray) -> tuple[np.ndar
     return itl, counts
 
 
+# Requests whose gaps one step of `token_times` and `peaks` holds at a time: their temporaries stay a few MB.
+CHUNK_REQUESTS = 4096
+CHUNK_TOKENS = 1 << 20     # token times `peaks` buckets at a time
+
+
+def chunks(counts: np.ndarray, size: int):
+    """(requests, gaps): slices of `size` requests and of the pooled gaps that are theirs (`counts` each)."""
+    ends = np.cumsum(counts)
+    for first in range(0, len(counts), size):
+        last = min(first + size, len(counts))
+        yield slice(first, last), slice(int(ends[first - 1]) if first else 0, int(ends[last - 1]))
+
+
 def token_times(first_s: np.ndarray, itl_s: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Each token's time as vLLM's `calculate_metrics` places it: its request's first token (`first_s`, one per
     request of the table, NaN for one that produced none) and then one ITL after another (`itl_s`, request after
     request, `counts` of them each request's); request after request, the first token of each before its
-    others. Built in one array, with one temporary of its size at a time."""
+    others. Built in one array; the per-request offsets are applied `CHUNK_REQUESTS` requests at a time (the
+    same operations on each value as on the whole array at once)."""
     firsts = first_s[np.isfinite(first_s)]
     out = np.empty(len(firsts) + len(itl_s))
     out[:len(firsts)] = firsts
@@ -181,8 +195,11 @@ def token_times(first_s: np.ndarray, itl_s: np.ndarray, counts: np.ndarray) -> n
     n = counts[has]
     starts = np.cumsum(n) - n
     before = np.where(starts > 0, within[np.maximum(starts - 1, 0)], 0.0)
-    within -= np.repeat(before, n)
-    within += np.repeat(first_s[has], n)
+    first_of = first_s[has]
+    for rows, gaps in chunks(n, CHUNK_REQUESTS):
+        part = within[gaps]
+        part -= np.repeat(before[rows], n[rows])
+        part += np.repeat(first_of[rows], n[rows])
     return out
 
 
@@ -194,13 +211,17 @@ def peaks(start_s: np.ndarray, end_s: np.ndarray, times_s: np.ndarray, weights: 
         return 0.0, 0
     first = start_s.min()
     buckets = int(np.ceil(end_s.max() - first)) + 1
-    index = np.empty(len(times_s), dtype=np.int64)
-    np.subtract(times_s, first, out=index, casting="unsafe")   # truncated as astype(int64), without a float copy
-    keep = (index >= 0) & (index < buckets)
-    if not keep.all():
-        index = index[keep]
-        weights = weights[keep] if weights is not None else None
-    per_s = np.bincount(index, weights=weights, minlength=buckets)
+    # Bucketed a slice at a time: the weights are whole numbers (rows), so the sums do not depend on the order.
+    per_s = np.zeros(buckets, dtype=np.int64 if weights is None else np.float64)
+    for at in range(0, len(times_s), CHUNK_TOKENS):
+        index = np.empty(min(CHUNK_TOKENS, len(times_s) - at), dtype=np.int64)
+        np.subtract(times_s[at:at + CHUNK_TOKENS], first, out=index, casting="unsafe")   # truncated as astype(int64)
+        keep = (index >= 0) & (index < buckets)
+        part = weights[at:at + CHUNK_TOKENS] if weights is not None else None
+        if not keep.all():
+            index = index[keep]
+            part = part[keep] if part is not None else None
+        per_s += np.bincount(index, weights=part, minlength=buckets).astype(per_s.dtype, copy=False)
     edges = np.concatenate([start_s, end_s])
     steps = np.concatenate([np.ones(len(start_s), np.int64), -np.ones(len(end_s), np.int64)])
     order = np.lexsort((steps, edges))           # by time, a finish before a start at the same time

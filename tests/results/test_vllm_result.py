@@ -10,7 +10,8 @@ import pytest
 from engines.config import engine_config
 from results.record.store import SUMMARY, read_summary, save_run
 from results.record.summary import SLO, RunSetting, TokenGaps, build_summary
-from results.record.vllm_result import (DETAILED, UNFINISHED, VLLM_RESULT, finished_gaps, to_json,
+import results.record.vllm_result as vllm_result_module
+from results.record.vllm_result import (DETAILED, UNFINISHED, VLLM_RESULT, finished_gaps, peaks, to_json,
                                         token_times, vllm_result)
 from tests.results.test_metrics_timelines import (ITERATIONS, REQS, TIMELINES, WARMUP, finished, per_request,
                                                   requests_of, values)
@@ -282,10 +283,13 @@ def pooled_token_times(first_s, gaps):
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_finished_gaps_and_token_times_are_the_tables_gaps_of_finished_requests(seed):
+@pytest.mark.parametrize("chunk", [1, 3, 4096])
+def test_finished_gaps_and_token_times_are_the_tables_gaps_of_finished_requests(seed, chunk, monkeypatch):
     """The lean path (no whole-table arrays) gives, to the bit, the table's `TokenGaps` kept where the request
     finished and the token times the pooled arrays give; each token at its request's first time plus its gaps
-    so far: random tables with empty, one-time and unfinished requests."""
+    so far: random tables with empty, one-time and unfinished requests, the offsets applied `chunk` requests
+    at a time (one, a few, all)."""
+    monkeypatch.setattr(vllm_result_module, "CHUNK_REQUESTS", chunk)
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 30))
     lengths = rng.choice([0, 1, 2, 5, 40], size=n)
@@ -304,3 +308,20 @@ def test_finished_gaps_and_token_times_are_the_tables_gaps_of_finished_requests(
     each = [t[0] for t, f in zip(times, finished) if f]
     each += [t[0] + g for t, f in zip(times, finished) if f for g in np.cumsum(np.diff(t))]
     assert np.allclose(got, each, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_peaks_bucketed_a_slice_at_a_time_are_the_peaks_of_the_whole(seed, weighted, monkeypatch):
+    rng = np.random.default_rng(seed)
+    start = rng.uniform(0, 20, 40)
+    end = start + rng.uniform(0, 5, 40)
+    times = rng.uniform(-1, 30, 500)           # some before the first start and past the last bucket
+    weights = rng.integers(1, 5, 500).astype("float64") if weighted else None
+    whole = peaks(start, end, times, weights)
+    monkeypatch.setattr(vllm_result_module, "CHUNK_TOKENS", 7)
+    assert peaks(start, end, times, weights) == whole
+    bucket = (times - start.min()).astype(np.int64)       # truncated, as vLLM's int() of a time since the start
+    inside = (bucket >= 0) & (bucket <= int(np.ceil(end.max() - start.min())))
+    per_s = np.bincount(bucket[inside], weights=None if weights is None else weights[inside])
+    assert whole[0] == float(per_s.max())
