@@ -102,15 +102,12 @@ class ITLs:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        ends = np.cumsum(self.counts)
         f.write("[")
-        for first in range(0, len(self.counts), chunk):
-            counts, end = self.counts[first:first + chunk], ends[first:first + chunk]
-            start = int(end[0] - counts[0])
-            offsets = pa.array(np.concatenate([[0], end - start]), type=pa.int64())
-            texts = pc.cast(pa.array(self.itl_s[start:int(end[-1])]), pa.string())
+        for rows, gaps in chunks(self.counts, chunk):
+            offsets = pa.array(np.concatenate([[0], np.cumsum(self.counts[rows])]), type=pa.int64())
+            texts = pc.cast(pa.array(self.itl_s[gaps]), pa.string())
             joined = pc.binary_join(pa.LargeListArray.from_arrays(offsets, texts), ", ").to_pylist()
-            f.write((", " if first else "") + ", ".join(f"[{text}]" for text in joined))
+            f.write((", " if rows.start else "") + ", ".join(f"[{text}]" for text in joined))
         f.write("]")
 
 
@@ -165,13 +162,14 @@ def finished_gaps(requests: pd.DataFrame, finished: np.ndarray) -> tuple[np.ndar
     return itl, counts
 
 
-# Requests whose gaps one step of `token_times` and `peaks` holds at a time: their temporaries stay a few MB.
+# How much `token_times` (requests) and `peaks` (token times) take at a time: their temporaries stay a few MB.
 CHUNK_REQUESTS = 4096
-CHUNK_TOKENS = 1 << 20     # token times `peaks` buckets at a time
+CHUNK_TOKENS = 1 << 20
 
 
 def chunks(counts: np.ndarray, size: int):
-    """(requests, gaps): slices of `size` requests and of the pooled gaps that are theirs (`counts` each)."""
+    """(requests, gaps): slices of `size` requests at a time and of the pooled gaps that are theirs (`counts`
+    each), for `ITLs.write`, `token_times`."""
     ends = np.cumsum(counts)
     for first in range(0, len(counts), size):
         last = min(first + size, len(counts))
@@ -221,7 +219,7 @@ def peaks(start_s: np.ndarray, end_s: np.ndarray, times_s: np.ndarray, weights: 
         if not keep.all():
             index = index[keep]
             part = part[keep] if part is not None else None
-        per_s += np.bincount(index, weights=part, minlength=buckets).astype(per_s.dtype, copy=False)
+        per_s += np.bincount(index, weights=part, minlength=buckets)   # int64 counts, or float64 sums of weights
     edges = np.concatenate([start_s, end_s])
     steps = np.concatenate([np.ones(len(start_s), np.int64), -np.ones(len(end_s), np.int64)])
     order = np.lexsort((steps, edges))           # by time, a finish before a start at the same time
