@@ -12,21 +12,21 @@ interpreter in both (an editable install's modules are found after the script's 
 its own tree's code). `{tmp}` in an argument is replaced by a fresh empty folder for each run (a sweep folder
 that must not hold an earlier run's results). Each pair runs A then B, after `--warmup` pairs not counted; this
 machine's speed drifts over minutes, so the ratio is taken pair by pair. Printed for each side: wall, user +
-system CPU seconds and peak memory (the child's maximum resident set, from wait4: the largest process it waited
-for), as min / median / max; then A / B of each pair. What the commands print goes to `--log` (default:
+system CPU seconds and peak memory (the command's own maximum resident set, read by `pagedbench.measure`, which
+starts it from a small process so that this one's size does not count), as min / median / max; then A / B of each pair. What the commands print goes to `--log` (default:
 outputs/paired.log, appended). Exit 1 when a run fails (its exit code and the log's tail are shown).
 """
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-import os
 from pathlib import Path
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+from pagedbench.measure import measure
 
 ROOT = Path(__file__).resolve().parent.parent
 TMP = "{tmp}"
@@ -46,18 +46,13 @@ def run_once(argv: list[str], cwd: Path, log, scratch: Path) -> Measure:
         args[0] = sys.executable
     log.write(f"$ (cd {cwd} && {' '.join(args)})\n")
     log.flush()
-    start = time.perf_counter()
     try:
-        proc = subprocess.Popen(args, cwd=cwd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        m = measure(args, cwd=cwd, stdout=log)
     except OSError as e:
         raise RuntimeError(f"cannot start {args[0]!r} in {cwd}: {e.strerror}") from None
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    code = os.waitstatus_to_exitcode(status)
-    proc.returncode = code
-    if code != 0:
-        raise RuntimeError(f"exit {code} in {cwd}: {' '.join(args)}")
-    return Measure(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)   # ru_maxrss: KiB on Linux
+    if m.returncode != 0:
+        raise RuntimeError(f"exit {m.returncode} in {cwd}: {' '.join(args)}")
+    return Measure(m.wall_s, m.cpu_s, m.peak_mib)
 
 
 def spread(values: list[float], digits: int = 2) -> str:

@@ -8,12 +8,10 @@ one-hour trace at about paged's capacity (~18,000 requests), trace to summary.
 The figure of merit is wall time per run (each run after a warm-up run, several rounds: pytest-benchmark's
 min, median and spread) and simulated iterations per wall second (in the benchmark's extra_info). Each run
 must finish every request. Target for the one-hour run: at most 10 s on a 2-core machine. The whole-process
-run also records its peak memory (the child's maximum resident set, in extra_info as peak_mib): what a run of a
+run also records its peak memory (the run.py process's own maximum resident set, in extra_info as peak_mib): what a run of a
 capacity search costs, its saved tables and vllm_result.json included.
 """
 import json
-import os
-import subprocess
 import sys
 
 import pytest
@@ -22,6 +20,7 @@ from engines.config import PagedEngineConfig, SchedulerLimits, engine_config
 from engines.loop import run_engine
 from engines.sim.build import SimBackendConfig, build_sim
 from engines.specs.presets import load_hardware, load_model
+from pagedbench.measure import measure
 from paths import ROOT
 from results.record.frames import iterations_frame, requests_frame
 from results.record.summary import summarize
@@ -85,12 +84,11 @@ def test_sim_speed_one_hour_sharegpt_at_paged_capacity(benchmark, setting):
 
 
 def run_process(args: list[str], log) -> tuple[int, float]:
-    """`python run.py ARGS` as a child process: its exit code and its peak memory in MiB (the child's own
-    rusage, from wait4: not the largest of every child this process ever had)."""
-    proc = subprocess.Popen([sys.executable, str(ROOT / "run.py"), *args], stdout=log, stderr=subprocess.STDOUT)
-    _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024      # KiB on Linux
+    """`python run.py ARGS` as a child process: its exit code and its own peak memory in MiB (`pagedbench.measure`:
+    started from a small process, so that this one's size, the in-process runs before it included, does not
+    count)."""
+    m = measure([sys.executable, str(ROOT / "run.py"), *args], stdout=log)
+    return m.returncode, m.peak_mib
 
 
 def test_sim_speed_one_hour_whole_process(benchmark, tmp_path):
