@@ -8,7 +8,7 @@ command from a small starter process (a bare Python, about 10 MiB), which waits 
 rusage: the peak is then the command's own, with the starter's few MiB as its floor.
 
     from pagedbench.measure import measure
-    m = measure(["python", "run.py", "backend=sim"], cwd=ROOT, stdout=log)   # m.wall_s, m.cpu_s, m.peak_mib
+    m = measure([sys.executable, "run.py", "backend=sim"], cwd=ROOT, stdout=log)   # m.wall_s, m.cpu_s, m.peak_mib
 """
 from __future__ import annotations
 
@@ -55,6 +55,9 @@ def measure(args: list[str], cwd: str | Path | None = None, stdout=None) -> Proc
         starter = subprocess.Popen([sys.executable, "-c", STARTER, str(write), *map(str, args)], cwd=cwd,
                                    stdout=stdout, stderr=subprocess.STDOUT if stdout is not None else None,
                                    stdin=subprocess.DEVNULL, pass_fds=(write,))
+    except BaseException:
+        os.close(read)
+        raise
     finally:
         os.close(write)
     with os.fdopen(read) as figures_in:

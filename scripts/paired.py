@@ -13,8 +13,9 @@ its own tree's code). `{tmp}` in an argument is replaced by a fresh empty folder
 that must not hold an earlier run's results). Each pair runs A then B, after `--warmup` pairs not counted; this
 machine's speed drifts over minutes, so the ratio is taken pair by pair. Printed for each side: wall, user +
 system CPU seconds and peak memory (the command's own maximum resident set, read by `pagedbench.measure`, which
-starts it from a small process so that this one's size does not count), as min / median / max; then A / B of each pair. What the commands print goes to `--log` (default:
-outputs/paired.log, appended). Exit 1 when a run fails (its exit code and the log's tail are shown).
+starts it from a small process so that this one's size does not count), as min / median / max; then A / B of
+each pair. What the commands print goes to `--log` (default: outputs/paired.log, appended). Exit 1 when a run
+fails (its exit code and the log's tail are shown).
 """
 from __future__ import annotations
 

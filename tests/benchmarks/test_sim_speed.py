@@ -8,8 +8,8 @@ one-hour trace at about paged's capacity (~18,000 requests), trace to summary.
 The figure of merit is wall time per run (each run after a warm-up run, several rounds: pytest-benchmark's
 min, median and spread) and simulated iterations per wall second (in the benchmark's extra_info). Each run
 must finish every request. Target for the one-hour run: at most 10 s on a 2-core machine. The whole-process
-run also records its peak memory (the run.py process's own maximum resident set, in extra_info as peak_mib): what a run of a
-capacity search costs, its saved tables and vllm_result.json included.
+run also records its peak memory (the run.py process's own maximum resident set, in extra_info as peak_mib):
+what a run of a capacity search costs, its saved tables and vllm_result.json included.
 """
 import json
 import sys
