@@ -31,15 +31,15 @@ LAUNCHER ?=
 PARALLEL ?=
 REPORT_ARGS = $(if $(JOBS),--jobs $(JOBS)) $(if $(LAUNCHER),--launcher $(LAUNCHER)) $(if $(PARALLEL),--parallel $(PARALLEL))
 report: install
-	$(PY) -m results.report.build $(REPORT_ARGS)
+	$(PY) -m pagedbench.results.report.build $(REPORT_ARGS)
 
 report-quick: install
-	$(PY) -m results.report.build --quick $(REPORT_ARGS)
+	$(PY) -m pagedbench.results.report.build --quick $(REPORT_ARGS)
 
 # Only what this code changed since docs/REPORT.md: each section whose steps are all current there (made by this
 # code in each step's scope, read at the commits that made them) is kept with its figures, its steps not run.
 report-update: install
-	$(PY) -m results.report.build --update $(REPORT_ARGS)
+	$(PY) -m pagedbench.results.report.build --update $(REPORT_ARGS)
 
 # The GPU check's dry run in an environment holding only torch, triton, transformers and numpy.
 device-rehearsal:
@@ -80,7 +80,7 @@ bench-compare: install
 # mutants/, makes one small change at a time (a < for a <=, a + for a -, a constant off by one) and runs the
 # tests that reach it; a mutant no test fails "survived". Then the kill rate per module, and every survivor
 # not explained as equivalent in data/reference/mutation_equivalent.yaml; fails below MUTATION_MIN_KILL.
-# A subset: MUTANTS="engines.kv.paged*". Results are kept in mutants/ (a rerun checks only what changed).
+# A subset: MUTANTS="pagedbench.engines.kv.paged*". Results are kept in mutants/ (a rerun checks only what changed).
 # About 12 min on 2 cores for every module (3,765 mutants, 5-7 a second), longer beside other work.
 MUTANTS ?=
 MUTATION_MIN_KILL ?= 80

@@ -20,8 +20,8 @@ backend has one typed config and one builder (`sim/build.py`,
 and `kv` import
 nothing of `scheduling`, `sim` or `real`; `scheduling` imports `kv`; the two
 backends import what they execute but never each other. `serving` and `peers` sit on top:
-they may import the engine, the loop, `real` and `workloads.tokenizer`. From outside the
-package, engines may import `workloads.request` (the Request type),
+they may import the engine, the loop, `real` and `pagedbench.workloads.tokenizer`. From outside the
+package, engines may import `pagedbench.workloads.request` (the Request type),
 `paths` (where the presets live) and `kernels` (from `real/` only), nothing
 of `results` or `studies`.
 """

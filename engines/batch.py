@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from operator import attrgetter
 
-from engines.sequence import Sequence
+from pagedbench.engines.sequence import Sequence
 
 # The limits that can stop the head of the waiting queue from joining a batch: the KV manager refusing it,
 # the cap on running sequences, the prefill's token budget. A scheduler may record other reasons

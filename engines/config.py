@@ -1,22 +1,27 @@
 """Engine and scheduler-limit configs, checked when built: one typed config per kind of engine.
 
 `ContiguousEngineConfig` (static, orca) holds what a contiguous engine
-reads, `PagedEngineConfig` what the paged engine reads; `engine_config`
-turns an `engine` group into the right one. Each answers what the other
-parts ask of any engine (`block_size`: None for the contiguous layout,
-`preemption`, `check_width`, `label`), so no caller asks which kind it is.
+reads, `PagedEngineConfig` what the paged engine reads; the engine registry
+(engines/registry.py: `engine_config`) turns an `engine` group into the right
+one. Each answers what the other parts ask of any engine (`block_size`: None
+for the contiguous layout, `preemption`, `check_width`, `variant`, `label`),
+so no caller asks which kind it is.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from engines.kv.arena import ALLOCATORS
-from engines.specs.mapping import build_from_mapping
-from engines.kv.reservation import Reservation
+from pagedbench.engines.kv.arena import ALLOCATORS
+from pagedbench.engines.specs.mapping import build_from_mapping
+from pagedbench.engines.kv.reservation import Reservation
 
-CONTIGUOUS = ("static", "orca")
-ENGINES = (*CONTIGUOUS, "paged")
+CONTIGUOUS = ("static", "orca")   # the kinds (an engine group's `name`) this module's contiguous config holds
 PREEMPTION = ("auto", "recompute", "swap")
+
+
+def label_of(variant: str) -> str:
+    """An engine variant's label, derived from its name (engines/registry.py): orca_max -> orca-max."""
+    return variant.replace("_", "-")
 
 
 @dataclass(slots=True)
@@ -29,7 +34,7 @@ class ContiguousEngineConfig:
 
     def __post_init__(self) -> None:
         if self.name not in CONTIGUOUS:
-            raise ValueError(f"unknown engine {self.name!r}; valid: {list(ENGINES)}")
+            raise ValueError(f"unknown contiguous engine {self.name!r}; valid: {list(CONTIGUOUS)}")
         if self.name == "static" and self.reservation != "max":
             raise ValueError("the static engine always reserves max_seq_len: engine.reservation must be max")
         valid = [r.value for r in Reservation]
@@ -52,9 +57,14 @@ class ContiguousEngineConfig:
         """Any width: each sequence of a group gets its own region."""
 
     @property
+    def variant(self) -> str:
+        """The engine variant's name in the registry: static, orca_max, orca_pow2, orca_oracle."""
+        return f"{self.name}_{self.reservation}" if self.name == "orca" else self.name
+
+    @property
     def label(self) -> str:
-        """The engine variant as reports name it: static, orca-max, orca-pow2, orca-oracle."""
-        return f"orca-{self.reservation}" if self.name == "orca" else self.name
+        """The engine variant as records name it: static, orca-max, orca-pow2, orca-oracle."""
+        return label_of(self.variant)
 
 
 @dataclass(slots=True)
@@ -97,26 +107,15 @@ class PagedEngineConfig:
                              f"recomputes only single-sequence groups); use engine.preemption=auto or swap")
 
     @property
-    def label(self) -> str:
+    def variant(self) -> str:
         return self.name
+
+    @property
+    def label(self) -> str:
+        return label_of(self.variant)
 
 
 EngineConfig = ContiguousEngineConfig | PagedEngineConfig
-
-
-def engine_config(d: dict, swap_space: float | None = None) -> EngineConfig:
-    """The typed config of an `engine` group (`name` says which kind), with the run's host `swap_space` (GiB)
-    for the paged engine; an unknown key names the kind's valid ones."""
-    name = d.get("name")
-    if name == "paged":
-        return build_from_mapping(PagedEngineConfig, d if swap_space is None else {**d, "swap_space": swap_space},
-                                  "engine")
-    if name in CONTIGUOUS:
-        # `block_size` is in every engine option so that one sweep can cross engines and block sizes; a
-        # contiguous engine has no blocks (its `block_size` is None).
-        return build_from_mapping(ContiguousEngineConfig, {k: v for k, v in d.items() if k != "block_size"},
-                                  f"engine (name={name})")
-    raise ValueError(f"unknown engine {name!r}; valid: {list(ENGINES)}")
 
 
 @dataclass(slots=True)

@@ -17,8 +17,8 @@ postprocess):
 
 It returns a `StepOutput`: the iteration's row, the sequences that gained a
 token, and those that finished. Drivers only decide when requests arrive
-and what to do with the output: `engines.loop.run_engine` replays a trace,
-`engines.serving.online_loop.serve_loop` takes requests from an inbox.
+and what to do with the output: `pagedbench.engines.loop.run_engine` replays a trace,
+`pagedbench.engines.serving.online_loop.serve_loop` takes requests from an inbox.
 
 `Engine.fast_forward` runs what would follow a quiet decode step (every
 running group one row, nothing preempted, copied or swapped) until the next
@@ -38,11 +38,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engines.batch import Batch
-from engines.protocols import Executor, Scheduler
-from engines.run_record import IterationRow
-from engines.sequence import Sequence, record_tokens
-from workloads.request import Request
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.protocols import Executor, Scheduler
+from pagedbench.engines.run_record import IterationRow
+from pagedbench.engines.sequence import Sequence, record_tokens
+from pagedbench.workloads.request import Request
 
 
 @dataclass(slots=True)

@@ -2,7 +2,7 @@
 
 `run_engine` drives one scheduler and executor; `EngineRunner` is our
 backends' `Runner` (warm-up, clock, `run_engine`, what the summary says of
-the backend), the counterpart of a peer's runner (`engines.peers.replay`).
+the backend), the counterpart of a peer's runner (`pagedbench.engines.peers.replay`).
 """
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Callable
 import numpy as np
 from tqdm import tqdm
 
-from engines.engine import Engine
-from engines.protocols import Backend, Executor, Scheduler
-from engines.run_record import IterationRow, RunRecord, ServedRun
-from workloads.request import Request
+from pagedbench.engines.engine import Engine
+from pagedbench.engines.protocols import Backend, Executor, Scheduler
+from pagedbench.engines.run_record import IterationRow, RunRecord, ServedRun
+from pagedbench.workloads.request import Request
 
 PROGRESS_EVERY_S = 0.5
 

@@ -6,7 +6,7 @@ the caller.
          \\--(Executor)--> executor (sim: a cost model's virtual clock; real: a model on the wall clock)
 
 A `Runner` is what run.py serves a trace with: one of our engines (a Backend
-driven by `engines.loop.run_engine`) or a peer; both hand back a `ServedRun`.
+driven by `pagedbench.engines.loop.run_engine`) or a peer; both hand back a `ServedRun`.
 
 Each part is typed against these, never probed with `hasattr`: a capability a part
 may lack is a field every implementation sets (`KVManager.paged`,
@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sized
 from typing import Protocol
 
-from engines.batch import Batch
-from engines.kv.memory_split import MemorySplit
-from engines.run_record import IterationRow, ServedRun
-from engines.sequence import Sequence
-from workloads.request import Request
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.kv.memory_split import MemorySplit
+from pagedbench.engines.run_record import IterationRow, ServedRun
+from pagedbench.engines.sequence import Sequence
+from pagedbench.workloads.request import Request
 
 
 class KVManager(Protocol):

@@ -1,15 +1,15 @@
 """What a run produces before it becomes tables: one `IterationRow` per iteration and the `RunRecord`.
 
-Built by `engines.engine.Engine.step` (our engines) or by a peer's replay
+Built by `pagedbench.engines.engine.Engine.step` (our engines) or by a peer's replay
 (sequences only: a peer's iterations cannot be read); read by
-`results.record.frames`.
+`pagedbench.results.record.frames`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from engines.sequence import Sequence
+from pagedbench.engines.sequence import Sequence
 
 
 class IterationRow(NamedTuple):
@@ -63,7 +63,7 @@ class RunRecord:
 @dataclass(slots=True)
 class ServedRun:
     """A trace served, by one of our engines or by a peer: the record, and what the summary says of who
-    served it. Both kinds of runner hand this back (`engines.protocols.Runner`), so a run is summarised,
+    served it. Both kinds of runner hand this back (`pagedbench.engines.protocols.Runner`), so a run is summarised,
     judged and saved by one path."""
 
     record: RunRecord

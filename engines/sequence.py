@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
-from workloads.request import Request
+from pagedbench.workloads.request import Request
 
 
 class Status(str, Enum):

@@ -35,12 +35,12 @@ def load_ops(impl: str = "auto") -> KernelOps:
     if impl == "auto":
         import torch
         impl = "triton" if torch.cuda.is_available() else "torch"
-    from kernels import reference
+    from pagedbench.kernels import reference
     if impl == "torch":
         return KernelOps("torch", reference.write_kv, reference.paged_decode_attention,
                          reference.contiguous_decode_attention, reference.prefill_attention,
                          reference.prefix_prefill_attention, reference.copy_blocks)
-    from kernels import triton_copy_blocks, triton_decode_attention, triton_prefix_prefill, triton_write_kv
+    from pagedbench.kernels import triton_copy_blocks, triton_decode_attention, triton_prefix_prefill, triton_write_kv
     return KernelOps("triton (prefill: torch sdpa)", triton_write_kv.write_kv,
                      triton_decode_attention.paged_decode_attention,
                      triton_decode_attention.contiguous_decode_attention,

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_launch import check_cache_pair, check_device, check_int
+from pagedbench.kernels.triton_launch import check_cache_pair, check_device, check_int
 
 CHUNK = 2048   # elements per program
 

@@ -25,7 +25,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_launch import (check_cache_pair, check_contiguous, check_device, check_float, check_int,
+from pagedbench.kernels.triton_launch import (check_cache_pair, check_contiguous, check_device, check_float, check_int,
                                    check_last_dim_dense, pow2)
 
 LOG2E = 1.4426950408889634

@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels.triton_launch import check_cache_pair, check_device, check_float, check_int, check_last_dim_dense, pow2
+from pagedbench.kernels.triton_launch import check_cache_pair, check_device, check_float, check_int, check_last_dim_dense, pow2
 
 ELEMENTS_PER_PROGRAM = 4096   # tokens per program = this / (padded kv heads * padded head_dim), at least 1
 

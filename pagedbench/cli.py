@@ -3,9 +3,10 @@
     pagedbench run [OVERRIDE ...]                      # python run.py OVERRIDE ... (Hydra; -m for a multirun)
     pagedbench serve [OVERRIDE ...]                    # python serve.py OVERRIDE ...
     pagedbench bench --base-url URL [FLAG ...] [-- OVERRIDE ...]
-    pagedbench report [ARG ...]                        # python -m results.report.build ARG ... (a checkout)
+    pagedbench report [ARG ...]                        # python -m pagedbench.results.report.build ARG ... (a checkout)
 
-`run` and `serve` hand their arguments to run.py and serve.py unchanged: the same config groups (conf/,
+`run` and `serve` hand their arguments to the run and serve commands unchanged (`pagedbench.run.entry`,
+`pagedbench.serve.entry`, which run.py and serve.py call): the same config groups (conf/,
 installed with the package), the same runs, written under the current directory (outputs/). So an installed
 pagedbench runs outside a checkout:
 
@@ -15,7 +16,7 @@ pagedbench runs outside a checkout:
 `vllm bench serve` does, taking vLLM's flag names for the common case and mapping them onto a run with
 `backend=http` (conf/backend/http.yaml): `--base-url` (or `--host`/`--port`), `--backend` (openai, vllm:
 /v1/completions; openai-chat: /v1/chat/completions) or `--endpoint`, `--model`, `--tokenizer` (a
-workloads.tokenizer spec: cl100k_base, hf:/dir), `--dataset-name` (random: `--random-input-len`,
+pagedbench.workloads.tokenizer spec: cl100k_base, hf:/dir), `--dataset-name` (random: `--random-input-len`,
 `--random-output-len`, `--random-range-ratio`, or `--input-len`/`--output-len`; sharegpt:
 `--dataset-path`, default the packaged ShareGPT), `--num-prompts`, `--request-rate` (inf: all at once),
 `--burstiness` (gamma arrivals when not 1), `--seed`, `--max-concurrency`, `--metric-percentiles`,
@@ -35,11 +36,9 @@ import argparse
 import datetime
 import math
 from pathlib import Path
-import runpy
 import shutil
 import sys
 
-from paths import ROOT
 
 COMMANDS = ("run", "serve", "bench", "report")
 ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
@@ -52,21 +51,16 @@ BENCH_DIR = "outputs/bench"
 
 
 def script(name: str, args: list[str]) -> int:
-    """Run run.py or serve.py (beside this package, in a checkout or installed) as `python NAME.py ARGS` would;
-    its exit status."""
-    path = ROOT / f"{name}.py"
-    if not path.is_file():
-        print(f"error: {path} is missing: this pagedbench is not installed whole", file=sys.stderr)
-        return 2
-    argv = sys.argv
-    sys.argv = [str(path), *args]
+    """The run or serve command (pagedbench.run.entry, pagedbench.serve.entry) with `args`, as `python NAME.py
+    ARGS` runs it; its exit status (Hydra's own exit on a bad argument included)."""
+    if name == "run":
+        from pagedbench.run import entry
+    else:
+        from pagedbench.serve import entry
     try:
-        runpy.run_path(str(path), run_name="__main__")
+        return entry(args)
     except SystemExit as done:
         return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
-    finally:
-        sys.argv = argv
-    return 0
 
 
 def bench_parser() -> argparse.ArgumentParser:
@@ -230,7 +224,7 @@ def _served_model(run_dir: Path) -> str | None:
 
 
 def report(argv: list[str]) -> int:
-    from results.report.build import main as build
+    from pagedbench.results.report.build import main as build
 
     return build(argv)
 

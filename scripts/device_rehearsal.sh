@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU check's dry run, in an environment holding only what the device is sure to have:
 #   bash scripts/device_rehearsal.sh [DIR]        # default .rehearsal/ (ignored by git); `make device-rehearsal`
-# 1. DIR/venv: a fresh venv with torch, triton, transformers and numpy, nothing else (not pagedbench, not
+# 1. DIR/venv: a fresh venv with torch, triton, the newest transformers (and the `kernels` distribution it brings
+#    from 5.25 on) and numpy, nothing else (not pagedbench, not
 #    hydra, pandas, pyarrow or pytest). Python: $PYTHON (default python3). The device's is 3.12 with its own
 #    CUDA torch; here the local CPU torch decides (a 3.11 file on this machine's disk), so the rehearsal's
 #    wheels are fetched for the venv's own Python version by the same script that fetches the device's.
@@ -16,7 +17,7 @@ if [ ! -f "$DIR/venv/.ready" ]; then
     rm -rf "$DIR/venv"
     "$PYTHON" -m venv "$DIR/venv"
     "$DIR/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-        "torch>=2.4,<2.14" triton "transformers>=5.0,<5.25" numpy 2> >(grep -v "is ignored: it is neither" >&2)
+        "torch>=2.4,<2.14" triton transformers kernels numpy 2> >(grep -v "is ignored: it is neither" >&2)
     touch "$DIR/venv/.ready"
 fi
 PYVER=$("$DIR/venv/bin/python" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')

@@ -100,8 +100,8 @@ export MODULES WHEELS SITE PY
 step wheels 20 bash -c install_missing
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 step imports 20 "$PY" -c "
-import run, studies.kernel_bench, studies.profile, studies.fit, studies.swap_bench, studies.replay
-import workloads.write_trace, pytest, pytest_benchmark
+import pagedbench.run, pagedbench.studies.kernel_bench, pagedbench.studies.profile, pagedbench.studies.fit, pagedbench.studies.swap_bench, pagedbench.studies.replay
+import pagedbench.workloads.write_trace, pytest, pytest_benchmark
 print('every module the steps run imports')"
 step device 20 "$PY" -c "
 import os, torch, triton, transformers
@@ -118,30 +118,30 @@ fi
 command -v nvidia-smi > /dev/null && nvidia-smi > "$OUTDIR/nvidia-smi.log" 2>&1
 if [ "$DRY_RUN" = 1 ]; then   # a trace small enough for the real backend on a CPU
     TRACE="$OUTDIR/dry_trace.jsonl"
-    step trace 60 "$PY" -m workloads.write_trace "$TRACE" synthetic num_requests=6 prompt_dist.low=8 \
+    step trace 60 "$PY" -m pagedbench.workloads.write_trace "$TRACE" synthetic num_requests=6 prompt_dist.low=8 \
         prompt_dist.high=32 output_dist.kind=uniform output_dist.low=2 output_dist.high=8
 fi
 
 if [ "$DRY_RUN" = 1 ]; then   # what the GPU steps will hold at their peak on the H200, computed, not run
     step plan 60 bash -c "set -e
-        $PY -m studies.kernel_bench --num-stages 0 2 4 --plan h200
-        $PY -m studies.profile --model opt-1.3b --dtype float16 --plan h200
-        $PY -m studies.swap_bench --model opt-1.3b --tokens 2048 --plan h200"
+        $PY -m pagedbench.studies.kernel_bench --num-stages 0 2 4 --plan h200
+        $PY -m pagedbench.studies.profile --model opt-1.3b --dtype float16 --plan h200
+        $PY -m pagedbench.studies.swap_bench --model opt-1.3b --tokens 2048 --plan h200"
 fi
 
 KERNEL_TESTS=tests/kernels
 [ "$DRY_RUN" = 1 ] && KERNEL_TESTS="tests/kernels/test_decode_attention.py -k stages"
 # pytest.ini options of the project (--benchmark-disable) need pytest-benchmark: carried when missing.
 step kernel_tests 90 "$PY" -m pytest $KERNEL_TESTS -q -p no:cacheprovider --junitxml="$OUTDIR/kernel_tests.xml"
-step kernel_bench "${BENCH_LIMIT:-80}" "$PY" -m studies.kernel_bench --out "$OUTDIR/kernels" $BENCH_ARGS
-step profile "${PROFILE_LIMIT:-100}" "$PY" -m studies.profile --model "$MODEL" --dtype "$DTYPE" $PROFILE_ARGS \
+step kernel_bench "${BENCH_LIMIT:-80}" "$PY" -m pagedbench.studies.kernel_bench --out "$OUTDIR/kernels" $BENCH_ARGS
+step profile "${PROFILE_LIMIT:-100}" "$PY" -m pagedbench.studies.profile --model "$MODEL" --dtype "$DTYPE" $PROFILE_ARGS \
     --out "$OUTDIR/profile/$MODEL.parquet"
 PROFILE_TABLE="$OUTDIR/profile/$MODEL.parquet"   # or, if the profile was cut short, the rows it measured
 [ -f "$PROFILE_TABLE" ] || PROFILE_TABLE="$OUTDIR/profile/$MODEL.rows.csv"
-step fit 15 "$PY" -m studies.fit "$PROFILE_TABLE" --base h200 --name "$PRESET"
+step fit 15 "$PY" -m pagedbench.studies.fit "$PROFILE_TABLE" --base h200 --name "$PRESET"
 mkdir -p "$OUTDIR/preset" && cp "conf/hardware/$PRESET.yaml" "$OUTDIR/preset/" 2>/dev/null
-step swap_bench 60 "$PY" -m studies.swap_bench --model "$MODEL" --tokens "$SWAP_TOKENS" --out "$OUTDIR/swap"
-step replay 130 "$PY" -m studies.replay "$TRACE" --model "$MODEL" --hardware "$PRESET" \
+step swap_bench 60 "$PY" -m pagedbench.studies.swap_bench --model "$MODEL" --tokens "$SWAP_TOKENS" --out "$OUTDIR/swap"
+step replay 130 "$PY" -m pagedbench.studies.replay "$TRACE" --model "$MODEL" --hardware "$PRESET" \
     --engines static,orca_max,paged --out "$OUTDIR/replay" --real "$KV"
 
 [ "$DRY_RUN" = 1 ] && rm -f "conf/hardware/$PRESET.yaml"   # a dry run's preset is not a measurement

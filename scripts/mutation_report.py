@@ -34,7 +34,7 @@ LINE = re.compile(r"^\s*(\S+__mutmut_\d+): (.+)$")
 
 
 def module_of(name: str) -> str:
-    """`engines.kv.paged.xǁPagedKVǁfork__mutmut_3` and `results.record.summary.x_steady__mutmut_1` -> module."""
+    """`pagedbench.engines.kv.paged.xǁPagedKVǁfork__mutmut_3` and `pagedbench.results.record.summary.x_steady__mutmut_1` -> module."""
     return re.split(r"\.x[ǁ_]", name, maxsplit=1)[0]
 
 

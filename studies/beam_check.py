@@ -1,6 +1,6 @@
 """Check the sim's beam model against the real backend's beam search on the same requests.
 
-    python -m studies.beam_check [--widths 2 4 6] [--requests 32] [--out outputs/beam_check]
+    python -m pagedbench.studies.beam_check [--widths 2 4 6] [--requests 32] [--out outputs/beam_check]
 
 For each beam width, the same Alpaca requests (offline, their true output
 lengths) run on the real backend (the tiny model, the paged engine, a CPU)
@@ -28,17 +28,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from engines.config import PagedEngineConfig, SchedulerLimits
-from engines.loop import run_engine
-from engines.protocols import Executor
-from engines.sim.beam_model import BeamModel, fit_decay
-from engines.sim.build import SimBackendConfig, build_sim
-from engines.specs.presets import load_hardware, load_model
-from paths import OUTPUTS
-from results.record.frames import iterations_frame
-from results.record.store import atomic_write
-from workloads.build import build_workload
-from workloads.config import WorkloadConfig
+from pagedbench.engines.config import PagedEngineConfig, SchedulerLimits
+from pagedbench.engines.loop import run_engine
+from pagedbench.engines.protocols import Executor
+from pagedbench.engines.sim.beam_model import BeamModel, fit_decay
+from pagedbench.engines.sim.build import SimBackendConfig, build_sim
+from pagedbench.engines.specs.presets import load_hardware, load_model
+from pagedbench.paths import OUTPUTS
+from pagedbench.results.record.frames import iterations_frame
+from pagedbench.results.record.store import atomic_write
+from pagedbench.workloads.build import build_workload
+from pagedbench.workloads.config import WorkloadConfig
 
 ENGINE = PagedEngineConfig(swap_space=1)   # 1 GiB of host memory: beams are swapped, never recomputed
 
@@ -86,7 +86,7 @@ class ParentRanks:
 
 def run_real(requests, budget_mib: float, seed: int):
     """Serve `requests` with the paged engine on the real backend; (iterations, parent ranks, KV slots)."""
-    from engines.real.build import RealBackendConfig, build_real
+    from pagedbench.engines.real.build import RealBackendConfig, build_real
 
     spec = load_model("tiny")
     setup = build_real(RealBackendConfig(device="cpu", kv_budget_mib=budget_mib, seed=seed), spec, ENGINE,
@@ -135,7 +135,7 @@ def check(widths: list[int], num_requests: int, budget_mib: float, seed: int) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.beam_check", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.beam_check", description=__doc__.splitlines()[0])
     parser.add_argument("--widths", type=int, nargs="+", default=[2, 4, 6])
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--kv-mib", type=float, default=16.0, help="the real run's KV budget (MiB)")

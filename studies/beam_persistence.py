@@ -1,6 +1,6 @@
 """Calibrate the sim's beam persistence to the paper's Figure 15 memory savings.
 
-    python -m studies.beam_persistence [--grid 0 0.2 ... 0.99] [--widths 2 4 6] [--rates 4 12]
+    python -m pagedbench.studies.beam_persistence [--grid 0 0.2 ... 0.99] [--widths 2 4 6] [--rates 4 12]
                                        [--out outputs/beam_persistence]
 
 The sim draws which old beam each new beam extends (`engines/sim/beam_model.py`); persistence is the
@@ -23,9 +23,9 @@ import sys
 from hydra import compose, initialize_config_dir
 import pandas as pd
 
-from paths import CONF, OUTPUTS
-from results.record.store import atomic_write
-from results.report.paper import paper
+from pagedbench.paths import CONF, OUTPUTS
+from pagedbench.results.record.store import atomic_write
+from pagedbench.results.report.paper import paper
 
 GRID = [0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95, 0.99]
 
@@ -40,7 +40,7 @@ def overrides(width: int, persistence: float, rate: float, duration_s: float, se
 def measure(grid: list[float], widths: list[int], rates: list[float], duration_s: float, seed: int,
             out: Path) -> pd.DataFrame:
     """Serve every (persistence, width, rate) point with run.py's own run; one row each."""
-    from run import run   # the entry point's run: the same config, trace and engine as experiment=beam
+    from pagedbench.run import run   # the entry point's run: the same config, trace and engine as experiment=beam
 
     rows = []
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
@@ -67,7 +67,7 @@ def fit(points: pd.DataFrame, target: dict[int, float]) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.beam_persistence", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.beam_persistence", description=__doc__.split("\n\n")[0])
     parser.add_argument("--grid", type=float, nargs="+", default=GRID, help="persistence values to try, in [0, 1]")
     parser.add_argument("--widths", type=int, nargs="+", default=[2, 4, 6])
     parser.add_argument("--rates", type=float, nargs="+", default=[4.0, 12.0], help="Alpaca Poisson rates, req/s")

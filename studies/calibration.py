@@ -5,10 +5,10 @@ measured on those runs.
 Why around the runs and in one process: on a shared machine the same real run went from 340 to 759 output
 tok/s minutes apart, while a profile taken just before and just after a run predicted it within a few per
 cent. A preset fitted earlier carries the machine's speed of that earlier hour; this one carries the
-speed the runs saw. The shapes are `studies.profile`'s grid, timed through its `Profiler` in a seeded
+speed the runs saw. The shapes are `pagedbench.studies.profile`'s grid, timed through its `Profiler` in a seeded
 random order (a new order each pass), so a drift in the machine's speed spreads over all shapes instead of
 bending the fit along the grid's order. The before and after rows are fitted together
-(`studies.fit.fit`); how much the machine moved between them is the profile's drift (after / before,
+(`pagedbench.studies.fit.fit`); how much the machine moved between them is the profile's drift (after / before,
 median over shapes).
 
 `scheduler_s` is the host's time between two iterations (scheduling, bookkeeping, recording), which a
@@ -30,11 +30,11 @@ import pandas as pd
 import torch
 import yaml
 
-from engines.specs.hardware import HardwareSpec
-from engines.specs.presets import load_model
-from results.record.store import atomic_write
-from studies.fit import fit
-from studies.profile import Profiler, features, grid
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.presets import load_model
+from pagedbench.results.record.store import atomic_write
+from pagedbench.studies.fit import fit
+from pagedbench.studies.profile import Profiler, features, grid
 
 
 @dataclass(slots=True, frozen=True)
@@ -112,7 +112,7 @@ def scheduler_seconds(runs: list[pd.DataFrame]) -> float:
 
 def calibrated(base: HardwareSpec, name: str, profile: pd.DataFrame, env: dict, scheduler_s: float) -> HardwareSpec:
     """`base`'s numbers (memory, links) with a `fitted` block from `profile` and `scheduler_s`, as
-    studies.fit writes one, in memory."""
+    pagedbench.studies.fit writes one, in memory."""
     coef, residuals = fit(profile)
     source = {"profile": "in process, before and after the real runs", **env, "base_preset": base.name,
               "profile_drift": round(profile_drift(profile), 4),

@@ -1,6 +1,6 @@
 """Fit the cost model's linear terms to a profile of real iteration times, and write a hardware preset.
 
-    python -m studies.fit data/profiles/cpu_tiny.parquet --base cpu --name cpu-tiny
+    python -m pagedbench.studies.fit data/profiles/cpu_tiny.parquet --base cpu --name cpu-tiny
 
 Each profiled iteration i has features x_i (whether it is a prefill, its rows,
 tokens, prefill pairs, decode context tokens by layout, paged blocks touched;
@@ -25,8 +25,8 @@ import pandas as pd
 from omegaconf import OmegaConf
 import yaml
 
-from engines.specs.presets import available
-from paths import CONF
+from pagedbench.engines.specs.presets import available
+from pagedbench.paths import CONF
 
 # Feature -> what one unit of it costs (seconds): the linear cost model of engines/sim/linear_cost.py.
 FEATURES = {
@@ -123,7 +123,7 @@ def write_preset(coef: dict, residuals: dict, env: dict, profile_path: Path, bas
                    "residuals": {k: (round(v, 4) if isinstance(v, float) else v) for k, v in residuals.items()}},
     }
     out = conf_dir / "hardware" / f"{name}.yaml"
-    header = (f"# Fitted by `python -m studies.fit {profile_path} --base {base} --name {name}`: the {base} "
+    header = (f"# Fitted by `python -m pagedbench.studies.fit {profile_path} --base {base} --name {name}`: the {base} "
               f"preset's numbers,\n# with iteration times from the linear terms below (non-negative least "
               f"squares on a real-backend profile).\n")
     out.write_text(header + yaml.safe_dump(preset, sort_keys=False))
@@ -131,8 +131,8 @@ def write_preset(coef: dict, residuals: dict, env: dict, profile_path: Path, bas
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.fit", description=__doc__.splitlines()[0])
-    parser.add_argument("profile", type=Path, help="a profile table from python -m studies.profile (.parquet, or "
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.fit", description=__doc__.splitlines()[0])
+    parser.add_argument("profile", type=Path, help="a profile table from python -m pagedbench.studies.profile (.parquet, or "
                         "the .rows.csv it appends to as it measures, when a run was cut short)")
     parser.add_argument("--base", required=True, help="the hardware preset whose memory and datasheet numbers to keep")
     parser.add_argument("--name", required=True, help="the new preset's name: conf/hardware/NAME.yaml")

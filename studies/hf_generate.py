@@ -1,8 +1,8 @@
 """An outside reference point: the same trace through `transformers` `generate` with static batching.
 
-    python -m studies.hf_generate                                   # the default real-backend trace and model
-    python -m studies.hf_generate --batch-size 8 workload.num_requests=50
-    python -m studies.hf_generate --out DIR workload.num_requests=24  # also DIR/hf_generate.json (the report's)
+    python -m pagedbench.studies.hf_generate                                   # the default real-backend trace and model
+    python -m pagedbench.studies.hf_generate --batch-size 8 workload.num_requests=50
+    python -m pagedbench.studies.hf_generate --out DIR workload.num_requests=24  # also DIR/hf_generate.json (the report's)
 
 Requests are taken in arrival order, `batch_size` at a time (default: as
 many max_seq_len regions as the static engine's KV budget holds), prompts
@@ -22,18 +22,18 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 import torch
 
-from engines.specs.model import ModelSpec
-from engines.real.build import RealBackendConfig
-from engines.real.kv_cache import bytes_per_slot, kv_budget_bytes
-from engines.real.model import build_model, resolve_device, resolve_dtype
-from paths import CONF
-from workloads import WorkloadConfig, build_workload
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.engines.real.build import RealBackendConfig
+from pagedbench.engines.real.kv_cache import bytes_per_slot, kv_budget_bytes
+from pagedbench.engines.real.model import build_model, resolve_device, resolve_dtype
+from pagedbench.paths import CONF
+from pagedbench.workloads import WorkloadConfig, build_workload
 
 RESULT = "hf_generate.json"
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m studies.hf_generate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.hf_generate", description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=None,
                         help="requests per generate call (default: max_seq_len regions the KV budget holds)")
     parser.add_argument("--out", type=Path, help="a folder for hf_generate.json")

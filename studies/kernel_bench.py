@@ -1,7 +1,7 @@
 """Decode attention latency, paged vs contiguous KV cache (the paper's Figure 18a), and write_kv.
 
-    python -m studies.kernel_bench --out DIR  # DIR/kernel_bench.{csv,json}: paged/contiguous ratios
-    python -m studies.kernel_bench --out DIR --num-stages 0 2 3 4     # the pipelining knob (0: default)
+    python -m pagedbench.studies.kernel_bench --out DIR  # DIR/kernel_bench.{csv,json}: paged/contiguous ratios
+    python -m pagedbench.studies.kernel_bench --out DIR --num-stages 0 2 3 4     # the pipelining knob (0: default)
 
 Beside each paged/contiguous pair it times torch's own SDPA on the same
 contiguous K/V (a dense [batch, heads, context, dim] layout: its flash or
@@ -39,9 +39,9 @@ from pathlib import Path
 
 import torch
 
-from kernels.ops import load_ops
-from studies.row_log import RowLog
-from studies.memory_plan import (FREE_FRACTION, WORKSPACE_BYTES, StepPlan, device_memory, gib, host_available_bytes,
+from pagedbench.kernels.ops import load_ops
+from pagedbench.studies.row_log import RowLog
+from pagedbench.studies.memory_plan import (FREE_FRACTION, WORKSPACE_BYTES, StepPlan, device_memory, gib, host_available_bytes,
                                  report)
 
 CUDA = torch.cuda.is_available()
@@ -217,7 +217,7 @@ def resolve_splits(num_splits: int, batch: int, context_len: int) -> int:
     """Choose the split count on the host (0 = the kernel's heuristic): a CUDA graph cannot sync to choose."""
     if num_splits or not CUDA:
         return num_splits
-    from kernels.triton_decode_attention import choose_num_splits
+    from pagedbench.kernels.triton_decode_attention import choose_num_splits
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     return choose_num_splits(batch, SHAPE["num_kv_heads"], context_len, sms)
 
@@ -304,7 +304,7 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.kernel_bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.kernel_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="folder for kernel_bench.csv, kernel_bench.json and the rows as "
                                                  "measured (kernel_bench.rows.csv)")
     parser.add_argument("--batches", type=int, nargs="+", help=f"default: {GPU_GRID['batches']} on a GPU")

@@ -1,6 +1,6 @@
 """Device memory of the GPU studies, planned before they run: weights, KV cache, activations, inputs.
 
-    python -m studies.profile --model opt-1.3b --dtype float16 --plan h200     # one line, exit 0 or 2
+    python -m pagedbench.studies.profile --model opt-1.3b --dtype float16 --plan h200     # one line, exit 0 or 2
 
 Pure arithmetic on a model preset's shapes and a hardware preset's memory: no torch, no device, no
 weights. At run time the studies size their buffers with the same functions from the memory the device
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import os
 import sys
 
-from engines.specs.model import ModelSpec
-from engines.specs.presets import load_hardware
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.engines.specs.presets import load_hardware
 
 GIB = 2**30
 FREE_FRACTION = 0.9                  # of the memory free when a buffer is sized, the most a study fills
@@ -50,7 +50,7 @@ def weight_bytes(spec: ModelSpec, element_bytes: int) -> int:
 
 
 def kv_bytes_per_slot(spec: ModelSpec, element_bytes: int) -> int:
-    """K and V of one token, all layers (as engines.real.kv_cache.bytes_per_slot)."""
+    """K and V of one token, all layers (as pagedbench.engines.real.kv_cache.bytes_per_slot)."""
     return 2 * spec.num_layers * spec.num_kv_heads * spec.head_dim * element_bytes
 
 

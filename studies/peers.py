@@ -1,7 +1,7 @@
 """Our engines beside real peers on this machine's CPU: in process and over HTTP, on one trace and one model.
 
-    python -m studies.peers --out outputs/peers                  # 2 rounds x 8 rows, 24 ShareGPT requests
-    python -m studies.peers --out outputs/peers --rounds 3 --requests 100 --max-output-len 0
+    python -m pagedbench.studies.peers --out outputs/peers                  # 2 rounds x 8 rows, 24 ShareGPT requests
+    python -m pagedbench.studies.peers --out outputs/peers --rounds 3 --requests 100 --max-output-len 0
 
 Rows: our static, orca-max and paged engines on the real backend in process
 (`run.py backend=real`) and behind our server (`serve.py`, measured by
@@ -10,7 +10,7 @@ Rows: our static, orca-max and paged engines on the real backend in process
 --continuous-batching` (measured by the same client). One model for all:
 the tiny LLaMA (transformers' continuous batching cannot run OPT), its
 seeded weights saved once to a local folder with a tokenizer trained here
-(`engines.real.local_model`), which also tokenizes the trace, so every row
+(`pagedbench.engines.real.local_model`), which also tokenizes the trace, so every row
 sees the same prompt ids (text for `transformers serve`, which takes text
 only: decoded and re-encoded by the same tokenizer). One KV budget, 64 MiB
 (transformers: the same bytes in whole pages of 16). Requests all arrive at
@@ -35,8 +35,8 @@ import shutil
 import subprocess
 import sys
 
-from engines.peers.server_process import free_port, launched
-from paths import ROOT
+from pagedbench.engines.peers.server_process import free_port, launched
+from pagedbench.paths import ROOT
 
 MODEL = "tiny-llama"
 KV_MIB = 64
@@ -62,8 +62,8 @@ def model_dir(out: Path) -> Path:
     """The tiny LLaMA's folder (weights as backend=real builds them, the tokenizer trained here); made once."""
     folder = out / "model"
     if not (folder / "config.json").is_file():
-        from engines.real.local_model import save_local_model
-        from engines.specs.presets import load_model
+        from pagedbench.engines.real.local_model import save_local_model
+        from pagedbench.engines.specs.presets import load_model
 
         save_local_model(load_model(MODEL), folder)
     return folder
@@ -100,8 +100,8 @@ def kv_bytes_per_slot() -> int:
     """One token's K and V over every layer in fp32, the CPU's dtype (as the real backend sizes its cache)."""
     import torch
 
-    from engines.real.kv_cache import bytes_per_slot
-    from engines.specs.presets import load_model
+    from pagedbench.engines.real.kv_cache import bytes_per_slot
+    from pagedbench.engines.specs.presets import load_model
 
     spec = load_model(MODEL)
     return bytes_per_slot(spec.num_layers, spec.num_kv_heads, spec.head_dim, torch.float32)
@@ -172,7 +172,7 @@ def markdown(rows: list[dict], overhead: list[dict], command: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.peers", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.peers", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="folder for the model, every run and the table")
     parser.add_argument("--rounds", type=int, default=2, help="times each row runs, interleaved (default 2)")
     parser.add_argument("--requests", type=int, default=24, help="ShareGPT requests of the trace (default 24)")
@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             results.setdefault(row.name, []).append(figures)
             print(f"  {figures['output_tokens_per_s']:.1f} output tok/s, {figures['wall_s']:.1f} s", flush=True)
     rows, overhead = table(results, args.rounds)
-    command = "python -m studies.peers " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m pagedbench.studies.peers " + " ".join(argv if argv is not None else sys.argv[1:])
     (args.out / "peers.json").write_text(json.dumps({"command": command, "requests": args.requests,
                                                      "max_output_len": args.max_output_len,
                                                      "rate": args.rate, "rounds": args.rounds, "rows": rows,

@@ -1,8 +1,8 @@
 """Profile the real backend's iteration time over a designed grid of batch shapes on the present device.
 
-    python -m studies.profile --model tiny --out data/profiles/cpu_tiny.parquet
-    python -m studies.profile --model opt-1.3b --dtype float16 --out OUT.parquet      # on a GPU
-    python -m studies.profile --model opt-1.3b --dtype float16 --plan h200            # its memory; nothing runs
+    python -m pagedbench.studies.profile --model tiny --out data/profiles/cpu_tiny.parquet
+    python -m pagedbench.studies.profile --model opt-1.3b --dtype float16 --out OUT.parquet      # on a GPU
+    python -m pagedbench.studies.profile --model opt-1.3b --dtype float16 --plan h200            # its memory; nothing runs
 
 Each shape is one real iteration through the same executor the engines use
 (the model's forward pass, attention through the KV layout, sampling):
@@ -42,17 +42,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from engines.batch import Batch
-from engines.config import ContiguousEngineConfig, PagedEngineConfig, SchedulerLimits
-from engines.real.build import RealBackendConfig, available_bytes, build_real, host_load, load_real_model
-from engines.sequence import Sequence
-from engines.specs.model import ModelSpec
-from engines.specs.presets import load_model
-from studies.memory_plan import (FREE_FRACTION, StepPlan, activation_bytes, device_memory, dtype_bytes, gib,
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.config import ContiguousEngineConfig, PagedEngineConfig, SchedulerLimits
+from pagedbench.engines.real.build import RealBackendConfig, available_bytes, build_real, host_load, load_real_model
+from pagedbench.engines.sequence import Sequence
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.engines.specs.presets import load_model
+from pagedbench.studies.memory_plan import (FREE_FRACTION, StepPlan, activation_bytes, device_memory, dtype_bytes, gib,
                                  host_available_bytes, kv_bytes_per_slot, kv_slot_cap, report, round_up,
                                  weight_bytes)
-from studies.row_log import RowLog
-from workloads.request import Request
+from pagedbench.studies.row_log import RowLog
+from pagedbench.workloads.request import Request
 
 BLOCK_SIZES = (1, 4, 16, 64, 256)
 OUTPUT_LEN = 2          # each profiled sequence's request: its prompt, then this many output tokens
@@ -282,7 +282,7 @@ def write_profile(df: pd.DataFrame, env: dict, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.profile", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.profile", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="tiny", help="model preset (conf/model/NAME.yaml); random weights")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="auto")

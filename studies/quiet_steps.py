@@ -1,6 +1,6 @@
 """How much of a run the sim's fast-forward can skip: its quiet decode steps and the stretches they form.
 
-    python -m studies.quiet_steps RUN_DIR [RUN_DIR ...]
+    python -m pagedbench.studies.quiet_steps RUN_DIR [RUN_DIR ...]
 
 A step is quiet when it is a decode step that preempts, copies and swaps nothing, no request finishes in it
 and no request arrives before it (since the step before): the steps `Engine.fast_forward` runs without a
@@ -39,7 +39,7 @@ def stretches(quiet: np.ndarray) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.quiet_steps", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.quiet_steps", description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders (iterations.parquet, requests.parquet)")
     args = parser.parse_args(argv)
     print(f"{'run':<40} {'steps':>8} {'quiet':>6} {'stretches':>9} {'mean':>6} {'p90':>6}")

@@ -1,13 +1,13 @@
 """Validate the sim against the real backend: one trace through both, per engine, beside the real backend's own noise.
 
-    python -m workloads.write_trace data/traces/sharegpt_100_seed1.jsonl sharegpt num_requests=100 seed=1
-    python -m studies.replay data/traces/sharegpt_100_seed1.jsonl                        # calibrate here
-    python -m studies.replay TRACE --model opt-1.3b --hardware h200-opt-1.3b --real backend.kv_budget_mib=2400
+    python -m pagedbench.workloads.write_trace data/traces/sharegpt_100_seed1.jsonl sharegpt num_requests=100 seed=1
+    python -m pagedbench.studies.replay data/traces/sharegpt_100_seed1.jsonl                        # calibrate here
+    python -m pagedbench.studies.replay TRACE --model opt-1.3b --hardware h200-opt-1.3b --real backend.kv_budget_mib=2400
 
 The protocol, in one process (the shared machine's speed drifts by 2x within minutes, so a sim fitted
 an hour earlier, or compared with one real run, measures the drift as much as the sim):
 
-1. profile the real backend's iteration time over studies.profile's grid (`--profile-grid`, the full one by
+1. profile the real backend's iteration time over pagedbench.studies.profile's grid (`--profile-grid`, the full one by
    default; `--profile-passes` passes, shapes in a seeded random order), immediately before the real runs;
 2. run the trace on the real backend `--repeats` times per engine, interleaved (A B C A B C), the model
    loaded once and shared; each run's tables and summary go to OUT/ENGINE/real_K;
@@ -45,17 +45,17 @@ import numpy as np
 from omegaconf import OmegaConf
 import pandas as pd
 
-from engines.sim.build import build_sim
-from engines.specs.presets import load_hardware, load_model
-from paths import CONF, OUTPUTS
-from results.record.store import atomic_write
-from results.report.replay_table import format_table
-from studies.calibration import (ProfilePlan, calibrated, profile_drift, profile_phase, scheduler_seconds,
+from pagedbench.engines.sim.build import build_sim
+from pagedbench.engines.specs.presets import load_hardware, load_model
+from pagedbench.paths import CONF, OUTPUTS
+from pagedbench.results.record.store import atomic_write
+from pagedbench.results.report.replay_table import format_table
+from pagedbench.studies.calibration import (ProfilePlan, calibrated, profile_drift, profile_phase, scheduler_seconds,
                                  with_scheduler, write_preset)
-from studies.replay_compare import compare
-from studies.replay_runs import EngineRuns, StepLog, real_runs, serve
-from workloads import build_workload
-from workloads.trace_file import read_trace
+from pagedbench.studies.replay_compare import compare
+from pagedbench.studies.replay_runs import EngineRuns, StepLog, real_runs, serve
+from pagedbench.workloads import build_workload
+from pagedbench.workloads.trace_file import read_trace
 
 
 def run_overrides(trace: Path, hardware: str, model: str, engine: str, extra: list[str],
@@ -109,7 +109,7 @@ def composed_problems(trace: Path, hardware: str, model: str, engines: list[str]
     """What run.py would refuse in each run's config, composed and checked as it checks one (its
     RunConfig), and in the trace each workload config builds from the file. A problem of some runs
     only names them: "paged (sim): ..."."""
-    from run import RunConfig   # the entry point's one parse of a config into typed parts
+    from pagedbench.run import RunConfig   # the entry point's one parse of a config into typed parts
 
     runs: dict[str, list[str]] = {}   # problem -> the runs that have it
     workloads = {}
@@ -145,7 +145,7 @@ def one_line(err: BaseException) -> str:
 def compose_runs(trace: Path, hardware: str, model: str, engines: list[str], extra: list[str],
                  real_extra: tuple[str, ...]) -> list[EngineRuns]:
     """Each engine's real and sim config (already checked by `problems`)."""
-    from run import RunConfig
+    from pagedbench.run import RunConfig
 
     out = []
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
@@ -187,7 +187,7 @@ def replay(trace: Path, model: str, engines: list[str], out: Path, extra: list[s
         table = pd.concat(profiles, ignore_index=True)
         atomic_write(out / "profile.parquet", lambda tmp: table.to_parquet(tmp, index=False))
         hw = calibrated(load_hardware(base), f"{base}-{model}-replay", table, env, scheduler_s)
-        how = (f"Fitted by `python -m studies.replay` to {len(table)} profiled iterations before and after its real "
+        how = (f"Fitted by `python -m pagedbench.studies.replay` to {len(table)} profiled iterations before and after its real "
                f"runs (profile.parquet), on the {base} preset's numbers; not a conf/hardware preset.")
         print(f"fit: MAPE {100 * hw.fitted['source']['residuals']['mape']:.1f}% on {len(table)} profiled iterations; "
               f"profile drift after / before {100 * profile_drift(table):+.1f}%", file=sys.stderr)
@@ -220,8 +220,8 @@ def replay(trace: Path, model: str, engines: list[str], out: Path, extra: list[s
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.replay", description=__doc__.splitlines()[0])
-    parser.add_argument("trace", type=Path, help="an offline trace file (python -m workloads.write_trace)")
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.replay", description=__doc__.splitlines()[0])
+    parser.add_argument("trace", type=Path, help="an offline trace file (python -m pagedbench.workloads.write_trace)")
     parser.add_argument("--hardware", help="replay with this preset (e.g. one fitted on a GPU) instead of "
                         "profiling and fitting one here")
     parser.add_argument("--base", default="cpu", help="when profiling: the preset whose memory and link numbers "
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-repeats", type=int, default=3, help="timed runs of each shape per pass "
                         "(the row keeps their median)")
     parser.add_argument("--profile-grid", choices=("quick", "full"), default="full",
-                        help="studies.profile's full grid (default: it has the decode batches of 2 and 4 where "
+                        help="pagedbench.studies.profile's full grid (default: it has the decode batches of 2 and 4 where "
                         "this CPU's step time jumps) or its quick one")
     parser.add_argument("--seed", type=int, default=0, help="the profile's shape order")
     parser.add_argument("--real", action="append", default=[], metavar="KEY=VALUE",

@@ -15,7 +15,7 @@ from itertools import permutations
 import numpy as np
 import pandas as pd
 
-from results.report.replay_table import METRICS
+from pagedbench.results.report.replay_table import METRICS
 
 SHAPE = ("prefill_seqs", "prefill_tokens", "decode_seqs", "decode_rows")
 

@@ -2,8 +2,8 @@
 engine's real runs interleaved on one loaded model, and the protocol's log of its steps.
 
 Each run's folder holds what a `python run.py` folder holds (iterations.parquet, requests.parquet,
-summary.json with its provenance block), built by the same functions (`engines.loop.run_engine`,
-`results.record`); the backend comes from its builder (`build_real` over the shared model, `build_sim`).
+summary.json with its provenance block), built by the same functions (`pagedbench.engines.loop.run_engine`,
+`pagedbench.results.record`); the backend comes from its builder (`build_real` over the shared model, `build_sim`).
 """
 from __future__ import annotations
 
@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from engines.loop import run_engine
-from engines.protocols import Backend
-from engines.real.build import build_real, load_real_model
-from results.record import provenance
-from results.record.frames import iterations_frame, requests_frame
-from results.record.store import clear_run, save_run, write_json
-from results.record.summary import RunSetting, build_summary
-from studies.calibration import release_memory
-from workloads import Request, trace_stats
+from pagedbench.engines.loop import run_engine
+from pagedbench.engines.protocols import Backend
+from pagedbench.engines.real.build import build_real, load_real_model
+from pagedbench.results.record import provenance
+from pagedbench.results.record.frames import iterations_frame, requests_frame
+from pagedbench.results.record.store import clear_run, save_run, write_json
+from pagedbench.results.record.summary import RunSetting, build_summary
+from pagedbench.studies.calibration import release_memory
+from pagedbench.workloads import Request, trace_stats
 
 if TYPE_CHECKING:
-    from run import RunConfig
+    from pagedbench.run import RunConfig
 
 
 @dataclass(slots=True)

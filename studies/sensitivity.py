@@ -1,6 +1,6 @@
 """How far the paged / Orca capacity ratios depend on the sim's uncertain inputs (Figures 12, 15 and 17).
 
-    python -m studies.sensitivity [--figures 12 15 17] [--inputs ...] [--out outputs/sensitivity]
+    python -m pagedbench.studies.sensitivity [--figures 12 15 17] [--inputs ...] [--out outputs/sensitivity]
 
 The sim's cost model has inputs no run here measures on the paper's GPU. For each figure and each such
 input, the capacity search of `experiment=capacity` (latency criterion: mean normalized latency <= 0.2
@@ -27,10 +27,10 @@ import sys
 
 import pandas as pd
 
-from paths import OUTPUTS, ROOT
-from results.record.store import atomic_write
-from results.report.paper import paper
-from results.sweeps.capacity import CAPACITY_CSV
+from pagedbench.paths import OUTPUTS, ROOT
+from pagedbench.results.record.store import atomic_write
+from pagedbench.results.report.paper import paper
+from pagedbench.results.sweeps.capacity import CAPACITY_CSV
 
 ENGINES = "paged,orca_oracle,orca_max"
 BASELINES = ("orca-oracle", "orca-max")
@@ -72,7 +72,7 @@ INPUTS = {
         "10 us preset per block transfer (an assumption); 2 us to 50 us"),
     "beam_persistence": Input(
         "backend.beam_persistence", 0.0, 0.99,
-        "the calibrated preset (studies.beam_persistence); 0 (every parent drawn afresh) to 0.99"),
+        "the calibrated preset (pagedbench.studies.beam_persistence); 0 (every parent drawn afresh) to 0.99"),
 }
 FIGURES = {
     "12": Figure(("workload=sharegpt",), "Figure 12: ShareGPT", CLAIMS["12"],
@@ -140,7 +140,7 @@ def collect(out: Path, figures: list[str], inputs: list[str]) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.sensitivity", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.sensitivity", description=__doc__.split("\n\n")[0])
     parser.add_argument("--figures", nargs="+", default=list(FIGURES), choices=list(FIGURES))
     parser.add_argument("--inputs", nargs="+", default=list(INPUTS), choices=list(INPUTS))
     parser.add_argument("--out", type=Path, default=OUTPUTS / "sensitivity")

@@ -1,11 +1,11 @@
 """Swap-out and swap-in latency against block size on the present device, beside recomputation (Figure 19a).
 
-    python -m studies.swap_bench --out DIR [--model tiny] [--tokens 1024]   # DIR/swap_bench.{csv,json}
-    python -m studies.swap_bench --model opt-1.3b --tokens 2048 --plan h200 # its memory; nothing runs
+    python -m pagedbench.studies.swap_bench --out DIR [--model tiny] [--tokens 1024]   # DIR/swap_bench.{csv,json}
+    python -m pagedbench.studies.swap_bench --model opt-1.3b --tokens 2048 --plan h200 # its memory; nothing runs
 
 For each block size, `tokens` token slots' K and V (every layer) move from
 the device cache to the host pool and back, as the engine swaps them: one
-copy per block, per layer, for K and for V (`engines.real.swap`). On cuda the
+copy per block, per layer, for K and for V (`pagedbench.engines.real.swap`). On cuda the
 host pool is pinned memory. Recomputation is the prefill of the same tokens
 through the real model (its cost does not depend on the block size). Two
 more rows swap four times the tokens (blocks of 16 and 256), so the fit
@@ -38,20 +38,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from engines.batch import Batch
-from engines.config import PagedEngineConfig, SchedulerLimits
-from engines.real.build import RealBackendConfig, available_bytes, build_real, load_real_model
-from engines.real.kv_cache import bytes_per_slot
-from engines.real.model import resolve_device, resolve_dtype
-from engines.real.swap import allocate_host_blocks, swap_blocks
-from engines.sequence import Sequence
-from engines.sim.swap_cost import BLOCK_SIZES   # Figure 19a's block sizes, as the sim tabulates them
-from engines.specs.model import ModelSpec
-from engines.specs.presets import load_model
-from studies.memory_plan import (FREE_FRACTION, StepPlan, activation_bytes, device_memory, dtype_bytes, gib,
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.config import PagedEngineConfig, SchedulerLimits
+from pagedbench.engines.real.build import RealBackendConfig, available_bytes, build_real, load_real_model
+from pagedbench.engines.real.kv_cache import bytes_per_slot
+from pagedbench.engines.real.model import resolve_device, resolve_dtype
+from pagedbench.engines.real.swap import allocate_host_blocks, swap_blocks
+from pagedbench.engines.sequence import Sequence
+from pagedbench.engines.sim.swap_cost import BLOCK_SIZES   # Figure 19a's block sizes, as the sim tabulates them
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.engines.specs.presets import load_model
+from pagedbench.studies.memory_plan import (FREE_FRACTION, StepPlan, activation_bytes, device_memory, dtype_bytes, gib,
                                  host_available_bytes, kv_bytes_per_slot, report, weight_bytes)
-from studies.row_log import RowLog
-from workloads.request import Request
+from pagedbench.studies.row_log import RowLog
+from pagedbench.workloads.request import Request
 
 RECOMPUTE_SPARE_SLOTS = 32   # the recompute's KV cache: its tokens and this many more
 
@@ -212,7 +212,7 @@ def to_csv(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.swap_bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.swap_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="folder for swap_bench.csv, swap_bench.json and the rows as "
                                                  "measured (swap_bench.rows.csv)")
     parser.add_argument("--model", default="tiny", help="model preset (conf/model/NAME.yaml)")

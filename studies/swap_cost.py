@@ -1,8 +1,8 @@
 """Figure 19a on the sim: what swapping a sequence's KV costs against block size, beside recomputing it.
 
-    python -m studies.swap_cost [--model opt-13b] [--hardware a100-40gb] [--tokens 1024]
+    python -m pagedbench.studies.swap_cost [--model opt-13b] [--hardware a100-40gb] [--tokens 1024]
 
-The table is `engines.sim.swap_cost.swap_costs`: swap out and swap in each
+The table is `pagedbench.engines.sim.swap_cost.swap_costs`: swap out and swap in each
 move `tokens` token slots across the host link as the sim's transfer model
 charges them (`engines/sim/transfer.py`: one transfer per block, layer, K and
 V, each a fixed cost plus its bytes over the link); recomputation is the
@@ -12,7 +12,7 @@ pass (`host_transfer_overlap`), which this table does not show. The GPU
 presets' fixed cost per transfer, 10 us, is an assumption (launch and DMA
 set-up of a small cudaMemcpyAsync), not a measurement; the real device's
 counterpart, which measures it, is the swap benchmark
-(`python -m studies.swap_bench --out DIR`).
+(`python -m pagedbench.studies.swap_bench --out DIR`).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import sys
 
 import pandas as pd
 
-from engines.sim.swap_cost import swap_costs
-from engines.specs.presets import load_hardware, load_model
+from pagedbench.engines.sim.swap_cost import swap_costs
+from pagedbench.engines.specs.presets import load_hardware, load_model
 
 
 def swap_cost_table(model: str = "opt-13b", hardware: str = "a100-40gb", tokens: int = 1024) -> pd.DataFrame:
@@ -30,7 +30,7 @@ def swap_cost_table(model: str = "opt-13b", hardware: str = "a100-40gb", tokens:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m studies.swap_cost", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.studies.swap_cost", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="opt-13b")
     parser.add_argument("--hardware", default="a100-40gb")
     parser.add_argument("--tokens", type=int, default=1024)

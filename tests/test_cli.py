@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from pagedbench.cli import BENCH_DIR, bench_overrides, bench_parser, main, result_filename
-from paths import ROOT
+from pagedbench.paths import ROOT
 
 STAMP = "20261203-101010"
 

@@ -6,12 +6,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 import pytest
 
-from engines.config import ContiguousEngineConfig, PagedEngineConfig, engine_config
-from engines.specs.hardware import HardwareSpec
-from engines.specs.model import ModelSpec
-from workloads import WorkloadConfig
-import run  # noqa: F401  (registers the config resolvers)
-from paths import ROOT
+from pagedbench.engines.config import ContiguousEngineConfig, PagedEngineConfig
+from pagedbench.engines.registry import engine_config
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.workloads import WorkloadConfig
+import pagedbench.run  # noqa: F401  (registers the config resolvers)
+from pagedbench.paths import ROOT
 
 CONF = ROOT / "conf"
 GROUPS = {"engine": None, "workload": WorkloadConfig, "model": ModelSpec, "hardware": HardwareSpec,

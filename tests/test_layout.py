@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from paths import CONF, DATA, DOCS, ROOT
+from pagedbench.paths import CONF, DATA, DOCS, ROOT
 
 LIBRARY = ("engines", "kernels", "workloads", "results", "hydra_plugins")
-COMMANDS = ["workloads.stats", "workloads.write_trace", "results.sweeps.capacity", "results.sweeps.sustainable",
-            "results.report.aggregate", "results.report.write", "studies.profile", "studies.fit", "studies.replay",
-            "studies.beam_check", "studies.swap_cost", "studies.swap_bench", "studies.kernel_bench",
-            "studies.hf_generate", "studies.beam_persistence", "studies.sensitivity", "studies.quiet_steps",
-            "results.record.wandb_backfill"]
+COMMANDS = ["pagedbench.workloads.stats", "pagedbench.workloads.write_trace", "pagedbench.results.sweeps.capacity", "pagedbench.results.sweeps.sustainable",
+            "pagedbench.results.report.aggregate", "pagedbench.results.report.write", "pagedbench.studies.profile", "pagedbench.studies.fit", "pagedbench.studies.replay",
+            "pagedbench.studies.beam_check", "pagedbench.studies.swap_cost", "pagedbench.studies.swap_bench", "pagedbench.studies.kernel_bench",
+            "pagedbench.studies.hf_generate", "pagedbench.studies.beam_persistence", "pagedbench.studies.sensitivity", "pagedbench.studies.quiet_steps",
+            "pagedbench.results.record.wandb_backfill"]
 
 
 def python_files(folder: str) -> list[Path]:
@@ -45,15 +45,17 @@ def test_data_folders_hold_no_python(folder):
 @pytest.mark.parametrize("package", LIBRARY)
 def test_no_library_package_imports_a_study_or_the_entry_point(package):
     bad = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p)
-                                            if m.split(".")[0] in ("studies", "run", "tests"))
+                                            if m.split(".")[0] in ("run", "serve", "tests")
+                                            or m.startswith(("pagedbench.studies", "pagedbench.run", "pagedbench.serve",
+                                                             "pagedbench.cli")))
            for p in python_files(package)}
     assert not {k: v for k, v in bad.items() if v}
 
 
-@pytest.mark.parametrize("lower, upper", [("workloads", "engines"), ("workloads", "results"),
-                                          ("engines", "results"), ("kernels", "engines"),
-                                          ("results/record", "results.sweeps"), ("results/record", "results.report"),
-                                          ("results/sweeps", "results.report")])
+@pytest.mark.parametrize("lower, upper", [("workloads", "pagedbench.engines"), ("workloads", "pagedbench.results"),
+                                          ("engines", "pagedbench.results"), ("kernels", "pagedbench.engines"),
+                                          ("results/record", "pagedbench.results.sweeps"), ("results/record", "pagedbench.results.report"),
+                                          ("results/sweeps", "pagedbench.results.report")])
 def test_imports_point_down_the_pipeline(lower, upper):
     bad = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p) if m == upper or m.startswith(upper + "."))
            for p in python_files(lower)}
@@ -61,12 +63,36 @@ def test_imports_point_down_the_pipeline(lower, upper):
 
 
 def test_the_repository_root_is_computed_in_one_place():
-    """Only paths.py reads its own location; everything else imports its folders from there."""
-    sources = [p for folder in LIBRARY + ("studies", "tests") for p in python_files(folder)] + [ROOT / "run.py"]
-    uses = [str(p.relative_to(ROOT)) for p in sources
+    """Only pagedbench/__init__.py (which maps the folders) and pagedbench/paths.py read their own location;
+    everything else imports its folders from there."""
+    sources = [p for folder in LIBRARY + ("studies", "tests", "pagedbench") for p in python_files(folder)]
+    uses = [str(p.relative_to(ROOT)) for p in sources + [ROOT / "run.py", ROOT / "serve.py"]
             if any(isinstance(n, ast.Name) and n.id == "__file__" for n in ast.walk(ast.parse(p.read_text())))]
-    assert uses == []
-    assert any(isinstance(n, ast.Name) and n.id == "__file__" for n in ast.walk(ast.parse((ROOT / "paths.py").read_text())))
+    assert sorted(uses) == ["pagedbench/__init__.py", "pagedbench/paths.py"]
+
+
+def test_no_module_imports_a_script():
+    """run.py and serve.py are shims over pagedbench.run and pagedbench.serve: nothing imports them."""
+    sources = [p for folder in LIBRARY + ("studies", "tests", "pagedbench", "scripts") for p in python_files(folder)]
+    bad = {str(p.relative_to(ROOT)): sorted(m for m in imported_modules(p) if m in ("run", "serve", "paths"))
+           for p in sources}
+    assert not {k: v for k, v in bad.items() if v}
+
+
+def test_the_wheel_maps_every_package_under_one_name():
+    """pyproject.toml's packages: pagedbench and its subpackages, and Hydra's plugin folder; each folder with an
+    __init__.py (and each config group) is listed, so a wheel installs the whole tree under `pagedbench`."""
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    tops = {name.split(".")[0] for name in setup["packages"]}
+    assert tops == {"pagedbench", "hydra_plugins"}
+    assert {k: v for k, v in setup["package-dir"].items() if k.startswith("pagedbench.")} == {
+        f"pagedbench.{name}": name for name in ("engines", "kernels", "workloads", "results", "studies", "conf")}
+    for folder in ("engines", "kernels", "workloads", "results", "studies"):
+        for init in (ROOT / folder).rglob("__init__.py"):
+            name = "pagedbench." + ".".join(init.parent.relative_to(ROOT).parts)
+            assert name in setup["packages"], name
 
 
 @pytest.mark.parametrize("module", COMMANDS)

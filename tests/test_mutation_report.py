@@ -5,7 +5,7 @@ import importlib.util
 import pytest
 import yaml
 
-from paths import ROOT
+from pagedbench.paths import ROOT
 
 SCRIPT = ROOT / "scripts" / "mutation_report.py"
 spec = importlib.util.spec_from_file_location("mutation_report", SCRIPT)
@@ -17,8 +17,8 @@ LINES = {"a.b.x_f__mutmut_1": "return x + 1", "a.b.x_f__mutmut_2": "return x - 2
 
 
 def test_module_names_are_read_off_functions_and_methods():
-    assert report.module_of("engines.kv.paged.xǁPagedKVǁfork__mutmut_3") == "engines.kv.paged"
-    assert report.module_of("results.record.summary.x_steady__mutmut_1") == "results.record.summary"
+    assert report.module_of("pagedbench.engines.kv.paged.xǁPagedKVǁfork__mutmut_3") == "pagedbench.engines.kv.paged"
+    assert report.module_of("pagedbench.results.record.summary.x_steady__mutmut_1") == "pagedbench.results.record.summary"
 
 
 def test_killed_timed_out_survived_and_unreached_mutants_are_counted_apart():

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from paths import ROOT
+from pagedbench.paths import ROOT
 
 SCRIPT = ROOT / "scripts" / "paired.py"
 spec = importlib.util.spec_from_file_location("paired", SCRIPT)

@@ -5,12 +5,12 @@ from hydra import compose, initialize_config_dir
 import pytest
 from tqdm import tqdm
 
-import engines.loop as loop
-from engines.loop import progress_text, run_engine
-import run as entry
-from paths import ROOT
-import workloads.trace_size as trace_size
-from workloads import WorkloadConfig, build_workload
+import pagedbench.engines.loop as loop
+from pagedbench.engines.loop import progress_text, run_engine
+from pagedbench import run as entry
+from pagedbench.paths import ROOT
+import pagedbench.workloads.trace_size as trace_size
+from pagedbench.workloads import WorkloadConfig, build_workload
 
 SMALL = ["backend=sim", "workload=synthetic", "workload.num_requests=30", "model=opt-13b", "hardware=a100-40gb"]
 

@@ -7,9 +7,9 @@ from hydra import compose, initialize_config_dir
 import pandas as pd
 import pytest
 
-from results.record.store import is_complete
-import run as entry
-from paths import ROOT
+from pagedbench.results.record.store import is_complete
+from pagedbench import run as entry
+from pagedbench.paths import ROOT
 
 ENGINES = ["static", "orca_max", "orca_pow2", "orca_oracle", "paged"]
 SMALL = ["backend=sim", "workload=synthetic", "workload.num_requests=100", "workload.prompt_dist.low=16",

@@ -10,11 +10,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from paths import ROOT
-from results.record.result_code import result_code
-from results.record.identity import LOCK, RUN_RECORD, RunIdentity, check_reuse, folder_lock, FolderRefused
-from results.record.store import ERROR, REFUSED, SUMMARY, read_parquet_metadata
-from results.sweeps.collect import collect, collect_failures, mixed_code_note
+from pagedbench.paths import ROOT
+from pagedbench.results.record.result_code import result_code
+from pagedbench.results.record.identity import LOCK, RUN_RECORD, RunIdentity, check_reuse, folder_lock, FolderRefused
+from pagedbench.results.record.store import ERROR, REFUSED, SUMMARY, read_parquet_metadata
+from pagedbench.results.sweeps.collect import collect, collect_failures, mixed_code_note
 
 SMALL = ["backend=sim", "workload=synthetic", "workload.num_requests=20", "workload.prompt_dist.low=16",
          "workload.prompt_dist.high=128", "progress=false"]
@@ -174,7 +174,7 @@ def test_a_sweep_table_names_its_code_versions_and_says_when_they_are_mixed(tmp_
 
 
 def test_the_report_names_experiments_that_mix_code_versions(tmp_path):
-    from results.report.write import code_notes
+    from pagedbench.results.report.write import code_notes
 
     for name, versions in (("memory_waste", ["aaa", "bbb"]), ("batch_size", ["aaa", "aaa"])):
         for i, version in enumerate(versions):

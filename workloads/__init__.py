@@ -7,10 +7,10 @@ which turns a `WorkloadConfig` into a seeded, reproducible list of
 the pipeline: imports nothing of `engines`, `kernels` or `results` (only
 `paths`, for where its configs live).
 """
-from workloads.build import build_workload
-from workloads.config import WorkloadConfig
-from workloads.length_dist import LengthDist
-from workloads.request import Request
-from workloads.trace_stats import format_stats, trace_stats
+from pagedbench.workloads.build import build_workload
+from pagedbench.workloads.config import WorkloadConfig
+from pagedbench.workloads.length_dist import LengthDist
+from pagedbench.workloads.request import Request
+from pagedbench.workloads.trace_stats import format_stats, trace_stats
 
 __all__ = ["Request", "WorkloadConfig", "LengthDist", "build_workload", "trace_stats", "format_stats"]

@@ -11,8 +11,8 @@ import json
 import logging
 from pathlib import Path
 
-from workloads.cache import read_and_tokenize
-from workloads.pairs import TokenizedPairs
+from pagedbench.workloads.cache import read_and_tokenize
+from pagedbench.workloads.pairs import TokenizedPairs
 
 log = logging.getLogger("workloads")
 

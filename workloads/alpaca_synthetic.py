@@ -26,9 +26,9 @@ import math
 
 import numpy as np
 
-from workloads.length_dist import LengthDist
-from workloads.pairs import TokenizedPairs
-from workloads.synthetic import synthetic_pairs
+from pagedbench.workloads.length_dist import LengthDist
+from pagedbench.workloads.pairs import TokenizedPairs
+from pagedbench.workloads.synthetic import synthetic_pairs
 
 log = logging.getLogger("workloads")
 

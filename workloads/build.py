@@ -5,21 +5,21 @@ import logging
 
 import numpy as np
 
-from workloads.alpaca import load_alpaca
-from workloads.alpaca_synthetic import synthetic_alpaca_pairs
-from workloads.arrivals import arrival_times, arrival_times_within
-from workloads.chat import load_chat
-from workloads.config import WorkloadConfig
-from workloads.filters import passes_filters
-from workloads.pairs import TokenIds, TokenizedPairs
-from workloads.request import Request
-from workloads.sharegpt import load_sharegpt
-from workloads.synthetic import synthetic_pairs
-from workloads.trace_file import read_trace
-from workloads.trace_replay import replay, row_sampling, trace_pairs
-from workloads.trace_size import expected_size, is_large, progress, rows_size, too_large
-from workloads.tokenizer import load_tokenizer
-from workloads.translation import prefix_len_for_shots, translation_pairs
+from pagedbench.workloads.alpaca import load_alpaca
+from pagedbench.workloads.alpaca_synthetic import synthetic_alpaca_pairs
+from pagedbench.workloads.arrivals import arrival_times, arrival_times_within
+from pagedbench.workloads.chat import load_chat
+from pagedbench.workloads.config import WorkloadConfig
+from pagedbench.workloads.filters import passes_filters
+from pagedbench.workloads.pairs import TokenIds, TokenizedPairs
+from pagedbench.workloads.request import Request
+from pagedbench.workloads.sharegpt import load_sharegpt
+from pagedbench.workloads.synthetic import synthetic_pairs
+from pagedbench.workloads.trace_file import read_trace
+from pagedbench.workloads.trace_replay import replay, row_sampling, trace_pairs
+from pagedbench.workloads.trace_size import expected_size, is_large, progress, rows_size, too_large
+from pagedbench.workloads.tokenizer import load_tokenizer
+from pagedbench.workloads.translation import prefix_len_for_shots, translation_pairs
 
 log = logging.getLogger("workloads")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads.pairs import TokenizedPairs, tokenize_pairs
+from pagedbench.workloads.pairs import TokenizedPairs, tokenize_pairs
 
 log = logging.getLogger("workloads")
 

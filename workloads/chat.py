@@ -66,9 +66,9 @@ from pathlib import Path
 
 import numpy as np
 
-from workloads.cache import cached_pairs
-from workloads.pairs import TOKENIZE_CHUNK, TokenizedPairs, concat_pairs
-from workloads.sharegpt import conversation_turns, read_conversations, with_sharegpt_file
+from pagedbench.workloads.cache import cached_pairs
+from pagedbench.workloads.pairs import TOKENIZE_CHUNK, TokenizedPairs, concat_pairs
+from pagedbench.workloads.sharegpt import conversation_turns, read_conversations, with_sharegpt_file
 
 log = logging.getLogger("workloads")
 

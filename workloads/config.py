@@ -4,9 +4,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, fields
 
-from workloads.chat import HISTORIES
-from workloads.length_dist import LengthDist
-from workloads.trace_size import DEFAULT_MAX_TRACE_REQUESTS, expected_size, too_large
+from pagedbench.workloads.chat import HISTORIES
+from pagedbench.workloads.length_dist import LengthDist
+from pagedbench.workloads.trace_size import DEFAULT_MAX_TRACE_REQUESTS, expected_size, too_large
 
 NAMES = ("sharegpt", "alpaca", "synthetic", "trace", "translation", "chat")
 GENERATED = ("synthetic", "translation")   # read no file

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from workloads.cache import read_and_tokenize
-from workloads.pairs import TokenizedPairs
+from pagedbench.workloads.cache import read_and_tokenize
+from pagedbench.workloads.pairs import TokenizedPairs
 
 log = logging.getLogger("workloads")
 

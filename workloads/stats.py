@@ -1,6 +1,6 @@
 """Print a workload's trace statistics.
 
-    python -m workloads.stats sharegpt num_requests=1000 seed=0 arrival=poisson request_rate=2
+    python -m pagedbench.workloads.stats sharegpt num_requests=1000 seed=0 arrival=poisson request_rate=2
 
 The first argument names conf/workload/<name>.yaml; the rest are key=value
 overrides of its fields. A bad name, key or value prints one line and exits 2.
@@ -13,10 +13,10 @@ import sys
 
 from omegaconf import OmegaConf
 
-from paths import CONF
-from workloads.build import build_workload
-from workloads.config import WorkloadConfig
-from workloads.trace_stats import format_stats, trace_stats
+from pagedbench.paths import CONF
+from pagedbench.workloads.build import build_workload
+from pagedbench.workloads.config import WorkloadConfig
+from pagedbench.workloads.trace_stats import format_stats, trace_stats
 
 CONF_DIR = CONF / "workload"
 
@@ -59,7 +59,7 @@ def parse_workload(name: str, overrides: list[str]) -> WorkloadConfig:
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 printed, 2 bad command line or config, 1 the trace could not be built."""
     try:
-        parser = OneLineParser(prog="python -m workloads.stats", description=__doc__.splitlines()[0])
+        parser = OneLineParser(prog="python -m pagedbench.workloads.stats", description=__doc__.splitlines()[0])
         add_workload_arguments(parser)
         args = parser.parse_args(argv)
         cfg = parse_workload(args.workload, args.overrides)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.length_dist import LengthDist
-from workloads.pairs import TokenizedPairs
+from pagedbench.workloads.length_dist import LengthDist
+from pagedbench.workloads.pairs import TokenizedPairs
 
 VOCAB_SIZE = 50_257  # GPT-2 / OPT vocabulary; ids are uniform in [0, VOCAB_SIZE)
 PREFIX_STREAM = 3    # np.random.default_rng([seed, PREFIX_STREAM, prefix_id]) makes a shared prefix

@@ -22,7 +22,7 @@ class BpeTokenizer:
     ("<|endoftext|>") is encoded as plain text, since it is data here.
 
     Importing `bpe_openai` reads every encoding it ships (about 1.5 s), and a
-    run whose pairs come from the cache (`workloads.cache`) encodes nothing:
+    run whose pairs come from the cache (`pagedbench.workloads.cache`) encodes nothing:
     the package is imported at the first `encode`. A name the package does not
     ship as a data file is checked at once, so a wrong name still fails here.
     """

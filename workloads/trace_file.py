@@ -1,6 +1,6 @@
 """Trace files: any workload's requests written to a file, and a file replayed as a workload.
 
-    python -m workloads.write_trace OUT.jsonl sharegpt arrival=poisson request_rate=2 duration_s=600
+    python -m pagedbench.workloads.write_trace OUT.jsonl sharegpt arrival=poisson request_rate=2 duration_s=600
     python run.py workload=trace workload.path=OUT.jsonl workload.arrival=trace   # replay it exactly
 
 A trace file is JSON Lines (`.jsonl`, one object a line) or Parquet
@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workloads.request import Request
+from pagedbench.workloads.request import Request
 
 SUFFIXES = (".jsonl", ".parquet")
 COLUMNS = ("id", "prompt_len", "output_len", "arrival_s", "prompt_token_ids", "n", "beam_width", "prefix_id",

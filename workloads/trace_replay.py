@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workloads.pairs import TokenizedPairs
-from workloads.request import Request
-from workloads.synthetic import VOCAB_SIZE, shared_prefix_ids
-from workloads.trace_file import Locator, token_array
-from workloads.trace_size import progress
+from pagedbench.workloads.pairs import TokenizedPairs
+from pagedbench.workloads.request import Request
+from pagedbench.workloads.synthetic import VOCAB_SIZE, shared_prefix_ids
+from pagedbench.workloads.trace_file import Locator, token_array
+from pagedbench.workloads.trace_size import progress
 
 
 def row_sampling(df: pd.DataFrame, n: int, beam_width: int, path: str | Path) -> tuple[np.ndarray, np.ndarray]:

@@ -19,8 +19,8 @@ from typing import Protocol, TypeVar
 
 from tqdm import tqdm
 
-from workloads.length_dist import LengthDist
-from workloads.translation import FRAMING_TOKENS, SOURCE_MEAN, prefix_len_for_shots
+from pagedbench.workloads.length_dist import LengthDist
+from pagedbench.workloads.translation import FRAMING_TOKENS, SOURCE_MEAN, prefix_len_for_shots
 
 DEFAULT_MAX_TRACE_REQUESTS = 4_000_000   # above the longest search of conf/: 1000 req/s for 3600 s (3.6M)
 BYTES_PER_REQUEST = 400           # a Request, its arrival time, its place in the list, its prompt's view
@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 
 class TraceShape(Protocol):
-    """What a trace's size is read from: the fields of `workloads.config.WorkloadConfig` it depends on (typed
+    """What a trace's size is read from: the fields of `pagedbench.workloads.config.WorkloadConfig` it depends on (typed
     here, below the config, so the config can check a size without the two importing each other)."""
 
     name: str

@@ -5,7 +5,7 @@ import math
 
 import numpy as np
 
-from workloads.request import Request
+from pagedbench.workloads.request import Request
 
 PERCENTILES = (50, 90, 99)
 

@@ -31,9 +31,9 @@ import math
 
 import numpy as np
 
-from workloads.length_dist import lognormal_lengths
-from workloads.pairs import TokenizedPairs
-from workloads.synthetic import VOCAB_SIZE, shared_prefix_ids
+from pagedbench.workloads.length_dist import lognormal_lengths
+from pagedbench.workloads.pairs import TokenizedPairs
+from pagedbench.workloads.synthetic import VOCAB_SIZE, shared_prefix_ids
 
 PREFIX_LEN_1_SHOT, PREFIX_LEN_5_SHOT = 80, 341   # the paper's Figure 16
 TOKENS_PER_SHOT = (PREFIX_LEN_5_SHOT - PREFIX_LEN_1_SHOT) / 4

@@ -1,9 +1,9 @@
 """Write any workload's trace to a trace file (see workloads/trace_file.py for the format).
 
-    python -m workloads.write_trace OUT.jsonl sharegpt arrival=poisson request_rate=2 duration_s=600
-    python -m workloads.write_trace OUT.parquet alpaca num_requests=500 --with-tokens
+    python -m pagedbench.workloads.write_trace OUT.jsonl sharegpt arrival=poisson request_rate=2 duration_s=600
+    python -m pagedbench.workloads.write_trace OUT.parquet alpaca num_requests=500 --with-tokens
 
-The workload is named and overridden as for `python -m workloads.stats`;
+The workload is named and overridden as for `python -m pagedbench.workloads.stats`;
 `--with-tokens` also writes each prompt's token ids (otherwise lengths and
 arrival times only). Replay with `python run.py workload=trace
 workload.path=OUT.jsonl` (the file's own arrival times).
@@ -15,14 +15,14 @@ import math
 from pathlib import Path
 import sys
 
-from workloads.build import build_workload
-from workloads.stats import OneLineParser, UsageError, add_workload_arguments, parse_workload
-from workloads.trace_file import SUFFIXES, write_trace
+from pagedbench.workloads.build import build_workload
+from pagedbench.workloads.stats import OneLineParser, UsageError, add_workload_arguments, parse_workload
+from pagedbench.workloads.trace_file import SUFFIXES, write_trace
 
 
 def main(argv: list[str] | None = None) -> int:
     """Exit status: 0 written, 2 bad command line or config, 1 the trace could not be built or written."""
-    parser = OneLineParser(prog="python -m workloads.write_trace", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="python -m pagedbench.workloads.write_trace", description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, metavar="OUT", help=f"the trace file to write ({' or '.join(SUFFIXES)})")
     add_workload_arguments(parser)
     parser.add_argument("--with-tokens", action="store_true", help="also write each prompt's token ids")

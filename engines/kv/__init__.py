@@ -11,6 +11,6 @@ queue), `host_swap` (the host pool for swapping) and `split_ledger` (the
 split's running sums, fed by share and release events)), the paper's split of
 capacity into token states, reservation, fragmentation and free
 (`memory_split`), and the byte budget a device leaves for the cache
-(`budget`). Pure Python, no torch. May import `engines.sequence` and
-`engines.specs`; never the schedulers, the loop or a backend.
+(`budget`). Pure Python, no torch. May import `pagedbench.engines.sequence` and
+`pagedbench.engines.specs`; never the schedulers, the loop or a backend.
 """

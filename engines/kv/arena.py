@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.kv.buddy import BuddyAllocator
-from engines.kv.first_fit import FirstFitAllocator
+from pagedbench.engines.kv.buddy import BuddyAllocator
+from pagedbench.engines.kv.first_fit import FirstFitAllocator
 
 ALLOCATORS = {"buddy": BuddyAllocator, "first_fit": FirstFitAllocator}
 

@@ -21,9 +21,9 @@ keeps the memory split without walking the tables.
 """
 from __future__ import annotations
 
-from engines.kv.block_pool import BlockPool, blocks_for
-from engines.kv.split_ledger import SplitLedger
-from engines.sequence import Sequence
+from pagedbench.engines.kv.block_pool import BlockPool, blocks_for
+from pagedbench.engines.kv.split_ledger import SplitLedger
+from pagedbench.engines.sequence import Sequence
 
 
 class BlockTables:
@@ -173,7 +173,7 @@ class BlockTables:
 
     def growths(self, seqs: list[Sequence]) -> tuple[list[int], int]:
         """When single-row groups' next decode steps take a block: each at step offsets j0, j0 + period, ...
-        from now (j0 = slots left in its table). (`engines.engine.Engine.fast_forward`)"""
+        from now (j0 = slots left in its table). (`pagedbench.engines.engine.Engine.fast_forward`)"""
         full_at = self._full_at
         return [full_at[s.id] - s.generated for s in seqs], self.block_size
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.specs.hardware import HardwareSpec
-from engines.specs.model import ModelSpec
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.model import ModelSpec
 
 GiB = 1 << 30
 KiB = 1 << 10

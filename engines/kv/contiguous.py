@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from operator import itemgetter
 
-from engines.kv.arena import ContiguousArena, Region
-from engines.kv.memory_split import MemorySplit, split_totals
-from engines.kv.reservation import Reservation
-from engines.sequence import Sequence
+from pagedbench.engines.kv.arena import ContiguousArena, Region
+from pagedbench.engines.kv.memory_split import MemorySplit, split_totals
+from pagedbench.engines.kv.reservation import Reservation
+from pagedbench.engines.sequence import Sequence
 
 
 class ContiguousKV:

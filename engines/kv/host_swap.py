@@ -11,9 +11,9 @@ them again on swap-in. With nothing running and no swapped group fitting,
 """
 from __future__ import annotations
 
-from engines.kv.block_pool import BlockPool
-from engines.kv.block_tables import BlockTables
-from engines.sequence import Sequence
+from pagedbench.engines.kv.block_pool import BlockPool
+from pagedbench.engines.kv.block_tables import BlockTables
+from pagedbench.engines.sequence import Sequence
 
 
 def distinct(tables: list[list[int]]) -> list[int]:

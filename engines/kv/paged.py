@@ -1,6 +1,6 @@
 """KV memory for the paged engine (vLLM's): block tables over a block pool, with a host swap pool.
 
-The manager the scheduler talks to (`engines.protocols.KVManager`), put
+The manager the scheduler talks to (`pagedbench.engines.protocols.KVManager`), put
 together from one part per job:
 
 - `block_pool.BlockPool`: reference counts, the free queue, the cached
@@ -17,11 +17,11 @@ any sharing beside the slots allocated: the paper's memory saving.
 """
 from __future__ import annotations
 
-from engines.kv.block_pool import blocks_for
-from engines.kv.block_tables import BlockTables
-from engines.kv.host_swap import HostSwap
-from engines.kv.memory_split import MemorySplit
-from engines.sequence import Sequence
+from pagedbench.engines.kv.block_pool import blocks_for
+from pagedbench.engines.kv.block_tables import BlockTables
+from pagedbench.engines.kv.host_swap import HostSwap
+from pagedbench.engines.kv.memory_split import MemorySplit
+from pagedbench.engines.sequence import Sequence
 
 
 class PagedKV(BlockTables):

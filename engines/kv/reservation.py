@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from enum import Enum
 
-from engines.kv.buddy import next_pow2
+from pagedbench.engines.kv.buddy import next_pow2
 
 
 class Reservation(str, Enum):

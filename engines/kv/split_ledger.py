@@ -12,9 +12,9 @@ tables report every event; nothing here walks the tables except
 """
 from __future__ import annotations
 
-from engines.kv.block_pool import BlockPool
-from engines.kv.memory_split import MemorySplit, split_totals
-from engines.sequence import Sequence
+from pagedbench.engines.kv.block_pool import BlockPool
+from pagedbench.engines.kv.memory_split import MemorySplit, split_totals
+from pagedbench.engines.sequence import Sequence
 
 
 class SplitLedger:

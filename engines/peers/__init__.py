@@ -7,6 +7,6 @@ OpenAI-compatible endpoint (a vLLM or `transformers serve` server, or ours:
 `RunRecord` of sequences only (no iteration rows): `timeline` turns what was
 measured for each request (arrival, send, each token's time, the tokens
 counted, an error) into the `Sequence` the summary reads. Peers may import
-`engines.sequence`, `engines.loop` (RunRecord), `engines.real` (the same
+`pagedbench.engines.sequence`, `pagedbench.engines.loop` (RunRecord), `pagedbench.engines.real` (the same
 model as ours) and `workloads`; nothing of `results`.
 """

@@ -29,11 +29,11 @@ from urllib.parse import urlsplit
 
 from tqdm import tqdm
 
-from engines.peers.http_config import ENDPOINTS, HttpBackendConfig
-from engines.peers.sse import DONE, aread_data, one_line, parse_chunk
-from engines.peers.timeline import Measured
-from workloads.request import Request
-from workloads.tokenizer import BpeTokenizer, HfTokenizer, load_tokenizer
+from pagedbench.engines.peers.http_config import ENDPOINTS, HttpBackendConfig
+from pagedbench.engines.peers.sse import DONE, aread_data, one_line, parse_chunk
+from pagedbench.engines.peers.timeline import Measured
+from pagedbench.workloads.request import Request
+from pagedbench.workloads.tokenizer import BpeTokenizer, HfTokenizer, load_tokenizer
 
 __all__ = ["EndpointUnreachable", "HttpBackendConfig", "replay_http", "server_info"]
 
@@ -301,7 +301,7 @@ def _bodies(requests: list[Request], cfg: HttpBackendConfig, model: str) -> list
 
 
 def _decoder(spec: str) -> Callable[[list[int]], str]:
-    """Token ids back to text with the trace's tokenizer. `workloads.tokenizer` only encodes, so this reaches
+    """Token ids back to text with the trace's tokenizer. `pagedbench.workloads.tokenizer` only encodes, so this reaches
     the object each tokenizer wraps; special tokens (an HF tokenizer's BOS) are dropped, as the server adds its
     own when it re-tokenizes the text."""
     tokenizer = load_tokenizer(spec)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import json
 from urllib.parse import urlsplit
 
-from engines.specs.mapping import build_from_mapping
+from pagedbench.engines.specs.mapping import build_from_mapping
 
 ENDPOINTS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
 PROMPTS = ("tokens", "text")

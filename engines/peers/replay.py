@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engines.run_record import IterationRow, RunRecord, ServedRun
-from engines.peers.timeline import Measured, to_sequence
-from engines.specs.model import ModelSpec
-from workloads.request import Request
+from pagedbench.engines.run_record import IterationRow, RunRecord, ServedRun
+from pagedbench.engines.peers.timeline import Measured, to_sequence
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.workloads.request import Request
 
 PEER_BACKENDS = ("transformers", "http")
 
@@ -27,10 +27,10 @@ class PeerUnavailable(Exception):
 def peer_config(d: dict):
     """The typed config of `backend=<peer>` (raises ValueError on a bad value, one line)."""
     if d.get("name") == "transformers":
-        from engines.peers.transformers_cb import TransformersBackendConfig
+        from pagedbench.engines.peers.transformers_cb import TransformersBackendConfig
 
         return TransformersBackendConfig.from_dict(d)
-    from engines.peers.http_client import HttpBackendConfig
+    from pagedbench.engines.peers.http_client import HttpBackendConfig
 
     return HttpBackendConfig.from_dict(d)
 
@@ -53,16 +53,16 @@ def replay_peer(requests: list[Request], cfg, model: ModelSpec, progress: bool |
     """Replay `requests` on the peer of `cfg` at their arrival times and record what it measured."""
     check_width(requests, cfg.name)
     if cfg.name == "transformers":
-        from engines.peers.transformers_cb import replay_transformers
+        from pagedbench.engines.peers.transformers_cb import replay_transformers
 
         measured, wall_s, info = replay_transformers(requests, model, cfg, progress=progress)
         record, failures = as_record(measured, wall_s)
         label = f"transformers-cb ({cfg.attention})"
         fields = {"device": info.get("device"), "dtype": info.get("dtype"), "peer": info}
         return ServedRun(record, label, f"{model.name} on {info.get('device')}", fields, {}, failures, peer=True)
-    from engines.peers.http_client import replay_http, server_info
+    from pagedbench.engines.peers.http_client import replay_http, server_info
 
-    from engines.peers.http_client import EndpointUnreachable
+    from pagedbench.engines.peers.http_client import EndpointUnreachable
 
     try:
         info = server_info(cfg)

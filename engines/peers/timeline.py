@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from engines.sequence import Sequence, Status
-from workloads.request import Request
+from pagedbench.engines.sequence import Sequence, Status
+from pagedbench.workloads.request import Request
 
 
 @dataclass(slots=True)

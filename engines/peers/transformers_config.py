@@ -4,7 +4,7 @@
 the KV budget, pages, batch limits, seed); `cb_options` turns it, with the
 model on its device, into the `GenerationConfig` and `ContinuousBatchingConfig`
 that `model.init_continuous_batching` takes, and says how the KV budget was
-mapped. The budget has the real backend's meaning (`engines.real.kv_cache`):
+mapped. The budget has the real backend's meaning (`pagedbench.engines.real.kv_cache`):
 bytes of K and V, turned into `num_blocks` whole-model blocks of `block_size`
 tokens (transformers' `page_size`), so both engines hold the same token slots.
 """
@@ -16,8 +16,8 @@ import torch
 from transformers import GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
-from engines.real.kv_cache import bytes_per_slot, kv_budget_bytes
-from engines.specs.mapping import build_from_mapping
+from pagedbench.engines.real.kv_cache import bytes_per_slot, kv_budget_bytes
+from pagedbench.engines.specs.mapping import build_from_mapping
 
 # The implementations transformers' continuous batching runs (ContinuousBatchingManager.switch_to_cb_friendly_attn).
 # "paged|sdpa" is gone since transformers 5.x: SDPA reads the paged cache as plain "sdpa".

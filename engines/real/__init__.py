@@ -9,5 +9,5 @@ turns a `Batch` into one packed forward pass timed by the wall clock, and
 holds the typed config (`RealBackendConfig`) and the builder (`build_real`,
 over a model loaded once by `load_real_model`) that wires them to a
 scheduler. May import `engines` (batch, config, build, protocols, specs)
-and `kernels`; never `engines.sim`.
+and `kernels`; never `pagedbench.engines.sim`.
 """

@@ -12,7 +12,7 @@ import torch
 from transformers import AttentionInterface
 from transformers.masking_utils import AttentionMaskInterface
 
-from engines.real.context import get_context
+from pagedbench.engines.real.context import get_context
 
 NAME = "pagedbench"
 

@@ -7,17 +7,17 @@ import os
 
 import torch
 
-from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits
-from engines.protocols import Scheduler
-from engines.specs.mapping import build_from_mapping
-from engines.specs.model import ModelSpec
-from engines.real.attention import register
-from engines.real.executor import RealExecutor
-from engines.real.kv_cache import KVCache, allocate_kv, bytes_per_slot, kv_budget_bytes
-from engines.real.model import build_model, resolve_device, resolve_dtype
-from engines.real.swap import allocate_host_blocks
-from kernels.ops import load_ops
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import EngineConfig, SchedulerLimits
+from pagedbench.engines.protocols import Scheduler
+from pagedbench.engines.specs.mapping import build_from_mapping
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.engines.real.attention import register
+from pagedbench.engines.real.executor import RealExecutor
+from pagedbench.engines.real.kv_cache import KVCache, allocate_kv, bytes_per_slot, kv_budget_bytes
+from pagedbench.engines.real.model import build_model, resolve_device, resolve_dtype
+from pagedbench.engines.real.swap import allocate_host_blocks
+from pagedbench.kernels.ops import load_ops
 
 log = logging.getLogger("pagedbench")
 
@@ -114,7 +114,7 @@ class LoadedModel:
     model: torch.nn.Module
     device: torch.device
     dtype: torch.dtype
-    ops: object               # kernels.ops: torch references or Triton kernels
+    ops: object               # pagedbench.kernels.ops: torch references or Triton kernels
     num_layers: int
     kv_heads: int
     head_dim: int

@@ -19,7 +19,7 @@ class IterationContext:
 
     k_caches: list[torch.Tensor]          # per layer: [num_blocks, block_size, kv_heads, head_dim] or [num_slots, kv_heads, head_dim]
     v_caches: list[torch.Tensor]
-    ops: object                           # a kernels.ops.KernelOps
+    ops: object                           # a pagedbench.kernels.ops.KernelOps
     paged: bool
     is_prefill: bool
     slot_mapping: torch.Tensor            # [num_tokens] int64, -1 = do not store

@@ -5,12 +5,12 @@ import time
 
 import torch
 
-from engines.batch import Batch
-from engines.protocols import KVManager
-from engines.real.context import IterationContext, set_context
-from engines.real.kv_cache import KVCache
-from engines.real.swap import swap_blocks
-from engines.sequence import Sequence
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.protocols import KVManager
+from pagedbench.engines.real.context import IterationContext, set_context
+from pagedbench.engines.real.kv_cache import KVCache
+from pagedbench.engines.real.swap import swap_blocks
+from pagedbench.engines.sequence import Sequence
 
 PAD_TOKEN = 0
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from engines.real.model import build_model
-from engines.specs.model import ModelSpec
+from pagedbench.engines.real.model import build_model
+from pagedbench.engines.specs.model import ModelSpec
 
 TOKENIZER_VOCAB = 8192       # BPE merges of a tokenizer trained on a few thousand conversations
 TRAINING_TEXTS = 4000        # ShareGPT pairs the tokenizer is trained on
@@ -29,7 +29,7 @@ TRAINING_TEXTS = 4000        # ShareGPT pairs the tokenizer is trained on
 
 def sharegpt_texts(limit: int = TRAINING_TEXTS) -> list[str]:
     """Prompt and completion texts of the packaged ShareGPT file, in file order."""
-    from workloads.sharegpt import read_sharegpt, with_sharegpt_file
+    from pagedbench.workloads.sharegpt import read_sharegpt, with_sharegpt_file
 
     pairs, _ = with_sharegpt_file(None, read_sharegpt)
     return [text for pair in pairs[:limit] for text in pair]

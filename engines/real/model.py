@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, LlamaConfig, OPTConfig, PretrainedConfig
 
-from engines.specs.model import ModelSpec
+from pagedbench.engines.specs.model import ModelSpec
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.config import SchedulerLimits
-from engines.protocols import KVManager
-from engines.sequence import Sequence, Status
+from pagedbench.engines.config import SchedulerLimits
+from pagedbench.engines.protocols import KVManager
+from pagedbench.engines.sequence import Sequence, Status
 
 
 def rejection_reason(seq: Sequence, kv: KVManager, limits: SchedulerLimits) -> str | None:

@@ -1,8 +1,8 @@
 """After an iteration: what it decided about a group's KV, applied the same way by every scheduler."""
 from __future__ import annotations
 
-from engines.batch import Batch
-from engines.protocols import KVManager
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.protocols import KVManager
 
 
 def apply_forks(kv: KVManager, batch: Batch) -> None:

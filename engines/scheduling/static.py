@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from collections import deque
 
-from engines.scheduling.admission import queue_or_reject
-from engines.scheduling.forks import apply_forks
-from engines.batch import Batch
-from engines.config import SchedulerLimits
-from engines.kv.memory_split import MemorySplit
-from engines.protocols import KVManager
-from engines.sequence import Sequence, Status
+from pagedbench.engines.scheduling.admission import queue_or_reject
+from pagedbench.engines.scheduling.forks import apply_forks
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.config import SchedulerLimits
+from pagedbench.engines.kv.memory_split import MemorySplit
+from pagedbench.engines.protocols import KVManager
+from pagedbench.engines.sequence import Sequence, Status
 
 
 class StaticScheduler:

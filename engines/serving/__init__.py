@@ -2,14 +2,14 @@
 
 `online_loop` is the engine loop for requests that arrive while it runs: an
 `Inbox` that the server submits to, and `serve_loop`, which steps the same
-`engines.engine.Engine` as `engines.loop.run_engine` but takes requests as
+`pagedbench.engines.engine.Engine` as `pagedbench.engines.loop.run_engine` but takes requests as
 they come, drops those whose clients went away, and reports each new token
 as it is made. `asgi_server` is the server, as vLLM's: a FastAPI app under
 uvicorn over one backend's scheduler and executor (`/v1/completions` and
 `/v1/chat/completions` streamed as server-sent events, `/v1/models`,
 `/health`, `/ping`, `/version`, `/tokenize`, `/detokenize`, `/metrics`).
 May import `engines` (engine, run_record, sequence, protocols: never a backend's
-internals), `workloads.request` and `workloads.tokenizer`; nothing of
+internals), `pagedbench.workloads.request` and `pagedbench.workloads.tokenizer`; nothing of
 `results` or `studies`. `serve.py` at the repository root turns a Hydra
 config into a running server.
 """

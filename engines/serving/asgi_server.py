@@ -47,13 +47,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from engines.engine import memory_fields
-from engines.protocols import Backend, Scheduler
-from engines.run_record import IterationRow, RunRecord
-from engines.sequence import Sequence, Status
-from engines.serving.online_loop import Inbox, serve_loop
-from engines.serving.openai_api import BadRequest, ParsedRequest, Reply, error_body, parse_body
-from engines.serving.token_text import TokenText
+from pagedbench.engines.engine import memory_fields
+from pagedbench.engines.protocols import Backend, Scheduler
+from pagedbench.engines.run_record import IterationRow, RunRecord
+from pagedbench.engines.sequence import Sequence, Status
+from pagedbench.engines.serving.online_loop import Inbox, serve_loop
+from pagedbench.engines.serving.openai_api import BadRequest, ParsedRequest, Reply, error_body, parse_body
+from pagedbench.engines.serving.token_text import TokenText
 
 log = logging.getLogger("pagedbench")
 MAX_BODY_BYTES = 16 * 2**20
@@ -147,7 +147,7 @@ class Stream:
 
 class EngineService:
     """One engine (`backend.scheduler` on `backend.executor`) on its own thread, taking requests from the event
-    loop. `tokenizer`: a `workloads.tokenizer` spec for text prompts and the text of generated tokens;
+    loop. `tokenizer`: a `pagedbench.workloads.tokenizer` spec for text prompts and the text of generated tokens;
     `max_seq_len`: the context a request must fit in (and its default max_tokens); `keep_record`: `.record`
     collects every sequence and iteration row as run_engine's RunRecord does (read it after `stop()`)."""
 

@@ -1,10 +1,10 @@
 """The online engine loop: requests arrive from other threads while the engine runs.
 
-`engines.loop.run_engine` serves a fixed, arrival-sorted trace. A server
+`pagedbench.engines.loop.run_engine` serves a fixed, arrival-sorted trace. A server
 does not know its requests in advance: HTTP threads put them in an `Inbox`
 (stamped with the executor's clock as their arrival), and `serve_loop`, on
 the one engine thread that owns the scheduler and the executor, takes them
-as they come, and steps the same `engines.engine.Engine` as run_engine
+as they come, and steps the same `pagedbench.engines.engine.Engine` as run_engine
 (the same `IterationRow` when a `RunRecord` is kept). After each step, `on_tokens` gets
 every advancing sequence's new token ids and `on_done` every sequence that
 finished or was rejected (its `status` says which). With nothing to run the
@@ -18,11 +18,11 @@ import queue
 import threading
 import time
 
-from engines.engine import Engine
-from engines.protocols import Executor, Scheduler
-from engines.run_record import IterationRow, RunRecord
-from engines.sequence import Sequence
-from workloads.request import Request
+from pagedbench.engines.engine import Engine
+from pagedbench.engines.protocols import Executor, Scheduler
+from pagedbench.engines.run_record import IterationRow, RunRecord
+from pagedbench.engines.sequence import Sequence
+from pagedbench.workloads.request import Request
 
 IDLE_WAIT_S = 0.05      # how long an idle engine waits on the inbox before it checks for a stop
 ABORTED = "aborted: the client went away"

@@ -14,7 +14,7 @@ import json
 import time
 import uuid
 
-from engines.serving.token_text import TokenText
+from pagedbench.engines.serving.token_text import TokenText
 
 
 class BadRequest(ValueError):

@@ -1,7 +1,7 @@
 """The server's tokenizer, both ways: prompt text to token ids, and output token ids to text, one at a time.
 
 Prompts are encoded exactly as the workloads encode text
-(`workloads.tokenizer.load_tokenizer`, so a spec names the same ids in a
+(`pagedbench.workloads.tokenizer.load_tokenizer`, so a spec names the same ids in a
 trace and on the wire). Output tokens become text token by token
 (`TextPieces`): a UTF-8 character split across tokens comes out whole with
 the token that completes it, so some tokens' text is "". The model's ids
@@ -14,11 +14,11 @@ import codecs
 from collections.abc import Callable
 from pathlib import Path
 
-from workloads.tokenizer import HF_PREFIX, load_tokenizer
+from pagedbench.workloads.tokenizer import HF_PREFIX, load_tokenizer
 
 
 class TokenText:
-    """Text -> ids with `workloads.tokenizer.load_tokenizer(spec)`; id -> its bytes with the same vocabulary."""
+    """Text -> ids with `pagedbench.workloads.tokenizer.load_tokenizer(spec)`; id -> its bytes with the same vocabulary."""
 
     def __init__(self, spec: str):
         self.spec = spec

@@ -13,13 +13,13 @@ Persistence is how long lineages last. With none, parents are drawn
 independently every step and lineages merge within a few steps, so beams
 share nearly their whole history; a trained model's beams mostly extend
 themselves and split less often. The default persistence is an ASSUMPTION,
-not a measurement: it is calibrated (`python -m studies.beam_persistence`)
+not a measurement: it is calibrated (`python -m pagedbench.studies.beam_persistence`)
 so that the paged engine's memory saving on Alpaca matches the paper's
 Figure 15 (37.6 / 53.1 / 55.2% at width 2 / 4 / 6, OPT-13B), because no
 trained model's beams can be had offline here; the savings are then an
 input, and the capacity ratios are what the figure tests.
 
-`python -m studies.beam_check` fits `decay` to the parents a real beam
+`python -m pagedbench.studies.beam_check` fits `decay` to the parents a real beam
 search chooses (maximum likelihood over a grid) and compares the memory
 saving the two produce on the same lengths.
 """

@@ -7,18 +7,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits
-from engines.kv.budget import kv_budget
-from engines.protocols import Scheduler
-from engines.sim.beam_model import BeamModel
-from engines.sim.cost_model import CostModel
-from engines.sim.executor import SimExecutor
-from engines.sim.linear_cost import LinearCostModel
-from engines.sim.transfer import TransferModel
-from engines.specs.hardware import HardwareSpec
-from engines.specs.mapping import build_from_mapping
-from engines.specs.model import ModelSpec
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import EngineConfig, SchedulerLimits
+from pagedbench.engines.kv.budget import kv_budget
+from pagedbench.engines.protocols import Scheduler
+from pagedbench.engines.sim.beam_model import BeamModel
+from pagedbench.engines.sim.cost_model import CostModel
+from pagedbench.engines.sim.executor import SimExecutor
+from pagedbench.engines.sim.linear_cost import LinearCostModel
+from pagedbench.engines.sim.transfer import TransferModel
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.mapping import build_from_mapping
+from pagedbench.engines.specs.model import ModelSpec
 
 
 @dataclass(slots=True)
@@ -29,11 +29,11 @@ class SimBackendConfig:
     kv_budget_slots: int | None = None
     beam_parent_decay: float = 1.0    # each new beam extends old beam r with probability ~ decay^r
     # Probability that a new beam continues the old beam of its own rank (engines/sim/beam_model.py): an
-    # assumption, calibrated to the paper's Figure 15 savings by `python -m studies.beam_persistence`.
+    # assumption, calibrated to the paper's Figure 15 savings by `python -m pagedbench.studies.beam_persistence`.
     beam_persistence: float = 0.95
     seed: int = 0                     # the beam model's draws
     # Run the quiet stretches of decode steps (no arrival, finish, preemption, copy or swap) without building
-    # their batches (`engines.engine.Engine.fast_forward`): the same run, step for step; false keeps the
+    # their batches (`pagedbench.engines.engine.Engine.fast_forward`): the same run, step for step; false keeps the
     # step-by-step path, the reference the fast one is tested against.
     fast_forward: bool = True
 

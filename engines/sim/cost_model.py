@@ -37,9 +37,9 @@ row per sequence:
   hw.paged_block_cost_tokens context tokens' cost on top of its tokens, the
   paged kernel's measured penalty; the contiguous layout has none.
 
-A fitted preset (hw.fitted, written by `python -m studies.fit`) replaces
+A fitted preset (hw.fitted, written by `python -m pagedbench.studies.fit`) replaces
 the roofline with the linear terms measured on one model (`LinearCostModel`);
-`engines.sim.build.build_cost_model` picks the one the preset asks for.
+`pagedbench.engines.sim.build.build_cost_model` picks the one the preset asks for.
 
 An empty batch raises ValueError: an engine with nothing to run should move
 its clock to the next arrival, not run a free iteration.
@@ -48,8 +48,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engines.specs.hardware import HardwareSpec
-from engines.specs.model import ModelSpec
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.model import ModelSpec
 
 
 def blocks_read(decode_context_lens: Sequence[int], block_size: int) -> int:

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from engines.batch import Batch
-from engines.sim.beam_model import BeamModel
-from engines.sim.cost_model import blocks_read
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.sim.beam_model import BeamModel
+from pagedbench.engines.sim.cost_model import blocks_read
 
 
 class SimExecutor:

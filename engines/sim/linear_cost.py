@@ -6,14 +6,14 @@
         + paged_ctx * context tokens + paged_block * blocks read (paged layout, by block size)
 
 The coefficients come from a hardware preset's `fitted` block, written by
-`python -m studies.fit` from a profile of one model on one device; they
+`python -m pagedbench.studies.fit` from a profile of one model on one device; they
 hold for that model only, so another model is refused. Like the roofline it
 sees only the batch's shape and the KV layout, the same for every engine.
 A preset fitted before a term existed loads with that term at 0 (OPTIONAL_TERMS).
 
 `scheduler_s` (optional, 0 by default) is the host's time between two
 iterations on the real backend (scheduling, bookkeeping, recording), which
-the profile of `execute` alone does not see; `python -m studies.replay`
+the profile of `execute` alone does not see; `python -m pagedbench.studies.replay`
 measures it on its real runs, the same for every engine. The sim's executor
 advances its clock by it before each iteration.
 """
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engines.sim.cost_model import blocks_read
-from engines.specs.hardware import HardwareSpec
-from engines.specs.model import ModelSpec
+from pagedbench.engines.sim.cost_model import blocks_read
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.model import ModelSpec
 
 TERMS = ("overhead_s", "per_row_s", "per_token_s", "prefill_pair_s", "contiguous_ctx_s", "paged_ctx_s",
          "paged_block_s")
@@ -45,8 +45,8 @@ class LinearCostModel:
             raise ValueError(f"hardware preset {hw.name!r}: fitted terms must be numbers >= 0: {bad}")
         if fitted.get("model") not in (None, model.name):
             raise ValueError(f"hardware preset {hw.name!r} was fitted for model {fitted['model']!r}, not "
-                             f"{model.name!r}: profile and fit that model (python -m studies.profile, "
-                             f"python -m studies.fit)")
+                             f"{model.name!r}: profile and fit that model (python -m pagedbench.studies.profile, "
+                             f"python -m pagedbench.studies.fit)")
         scheduler_s = fitted.get("scheduler_s", 0.0)
         if isinstance(scheduler_s, bool) or not isinstance(scheduler_s, (int, float)) or scheduler_s < 0:
             raise ValueError(f"hardware preset {hw.name!r}: fitted scheduler_s must be a number >= 0")

@@ -7,11 +7,11 @@ in an iteration, by the cost model (the same at every block size).
 """
 from __future__ import annotations
 
-from engines.kv.block_pool import blocks_for
-from engines.sim.build import build_cost_model
-from engines.sim.transfer import TransferModel
-from engines.specs.hardware import HardwareSpec
-from engines.specs.model import ModelSpec
+from pagedbench.engines.kv.block_pool import blocks_for
+from pagedbench.engines.sim.build import build_cost_model
+from pagedbench.engines.sim.transfer import TransferModel
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.model import ModelSpec
 
 BLOCK_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 

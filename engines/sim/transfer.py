@@ -17,7 +17,7 @@ The same function times every engine; it sees only how much moves.
 The per-transfer cost of the GPU presets, 10 us, is an assumption, not a
 measurement: what a cudaMemcpyAsync of a small pinned host <-> device chunk
 costs in launch and DMA set-up, before its bytes move. Nobody has measured
-it on an A100 for this project; `python -m studies.swap_bench --out DIR`
+it on an A100 for this project; `python -m pagedbench.studies.swap_bench --out DIR`
 measures the present device and fits both numbers (per-transfer cost and
 link bandwidth) to this model.
 
@@ -52,8 +52,8 @@ preset's `host_transfer_overlap`:
 """
 from __future__ import annotations
 
-from engines.specs.hardware import HardwareSpec
-from engines.specs.model import ModelSpec
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.model import ModelSpec
 
 
 class TransferModel:

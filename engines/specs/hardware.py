@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engines.specs.mapping import build_from_mapping
+from pagedbench.engines.specs.mapping import build_from_mapping
 
 
 @dataclass(slots=True)
@@ -30,7 +30,7 @@ class HardwareSpec:
     # attention waiting only for its own layer's copies), False for copies that run before the forward pass
     # on the compute stream, as on a CPU. engines/sim/transfer.py holds the model of both.
     host_transfer_overlap: bool = False
-    # A fitted preset (python -m studies.fit): linear iteration-time terms measured on one model,
+    # A fitted preset (python -m pagedbench.studies.fit): linear iteration-time terms measured on one model,
     # which replace the roofline; None for a datasheet preset.
     fitted: dict | None = None
 

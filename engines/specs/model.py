@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from engines.specs.mapping import build_from_mapping
+from pagedbench.engines.specs.mapping import build_from_mapping
 
 ARCHS = ("opt", "llama")
 DTYPE_BYTES = (1, 2, 4)

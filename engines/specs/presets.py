@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from omegaconf import OmegaConf
 
-from engines.specs.hardware import HardwareSpec
-from engines.specs.model import ModelSpec
-from paths import CONF
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.paths import CONF
 
 
 def available(group: str) -> list[str]:

@@ -1,5 +1,5 @@
 """pagedbench's Hydra sweeper plugin (Hydra loads sweepers only from the `hydra_plugins` namespace).
 
 Holds the wiring of the capacity search into Hydra's launchers; the search
-itself lives in `results.sweeps.capacity`. May import `results`; nothing imports it.
+itself lives in `pagedbench.results.sweeps.capacity`. May import `results`; nothing imports it.
 """

@@ -3,7 +3,7 @@
     python run.py -m experiment=capacity                # conf/hydra/sweeper/capacity.yaml
 
 Hydra finds sweepers only in the `hydra_plugins` package, hence this folder;
-the search itself is `results.sweeps.capacity.RateSearch`. The grid of
+the search itself is `pagedbench.results.sweeps.capacity.RateSearch`. The grid of
 `hydra.sweeper.params` (and sweep arguments on the command line) gives the
 curves, e.g. engine x workload x seed. Each round asks every open search
 for its next rate and launches all of those runs at once through the
@@ -34,10 +34,10 @@ from hydra.core.utils import JobStatus
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
-from engines.batch import ADMISSION_LIMITS
-from results.record.store import ERROR, REFUSED
-from results.sweeps.capacity import Criterion, RateSearch, write_tables
-from results.sweeps.collect import read_error
+from pagedbench.engines.batch import ADMISSION_LIMITS
+from pagedbench.results.record.store import ERROR, REFUSED
+from pagedbench.results.sweeps.capacity import Criterion, RateSearch, write_tables
+from pagedbench.results.sweeps.collect import read_error
 
 log = logging.getLogger("pagedbench")
 
@@ -164,7 +164,7 @@ class CapacitySweeper(Sweeper):
             log.warning("capacity search stopped after max_rounds=%d with searches still open", self.max_rounds)
         self._advance(searches, summaries, errors, waits)
         table = self._write(curves, searches, summaries, errors, sweep_dir)
-        log.info("capacity table: %s (python -m results.sweeps.capacity %s)", sweep_dir / "capacity.csv", sweep_dir)
+        log.info("capacity table: %s (python -m pagedbench.results.sweeps.capacity %s)", sweep_dir / "capacity.csv", sweep_dir)
         return table
 
     def _advance(self, searches, summaries, errors, waits) -> list[tuple[int, float]]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from engines.run_record import ITERATION_COLUMNS, RunRecord
+from pagedbench.engines.run_record import ITERATION_COLUMNS, RunRecord
 
 REQUEST_COLUMNS = ("id", "arrival_s", "admitted_s", "first_token_s", "finish_s", "prompt_len",
                    "output_len", "width", "preemptions", "swaps", "status", "rejected_reason", "token_times_s")

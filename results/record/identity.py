@@ -25,7 +25,7 @@ import os
 from pathlib import Path
 import platform
 
-from results.record.store import REFUSED, SUMMARY, atomic_write, write_json
+from pagedbench.results.record.store import REFUSED, SUMMARY, atomic_write, write_json
 
 log = logging.getLogger("pagedbench")
 

@@ -20,8 +20,8 @@ import shutil
 import subprocess
 import sys
 
-from paths import ROOT
-from results.record.result_code import result_code, scope_of_environment
+from pagedbench.paths import ROOT
+from pagedbench.results.record.result_code import result_code, scope_of_environment
 
 SCHEMA_VERSION = 2          # the summary's layout: 2 adds this metadata block and run identity
 LIBRARIES = ("torch", "triton", "transformers", "hydra-core", "omegaconf", "numpy", "pandas", "pyarrow", "wandb")

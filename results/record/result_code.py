@@ -7,8 +7,8 @@ whose tables the report reads. A commit that changes only the report's prose, a
 test or the README leaves this hash as it was, so a record made before it still describes the code after it;
 a commit that changes any of them makes every record before it stale.
 
-    python -m results.record.result_code          # prints the hash of this checkout, and what it covers
-    python -m results.record.result_code --scope sim   # the hash of what a run of the simulated backend runs
+    python -m pagedbench.results.record.result_code          # prints the hash of this checkout, and what it covers
+    python -m pagedbench.results.record.result_code --scope sim   # the hash of what a run of the simulated backend runs
 
 A scope narrows the hash to what one kind of run can execute. `sim` leaves out the files no run of the
 simulated backend imports (`SIM_UNUSED`: the real backend, the server, the kernels, the HTTP and
@@ -27,9 +27,9 @@ file under them but caches.
 `digests_at(commit)` computes the same hashes from a commit's tree in git's history (no checkout), so a scope
 defined, or narrowed, after some records were made still applies to them: records made at a commit whose tree
 has the code the records name are current in a scope when that commit's hash in the scope is this checkout's
-(`results.report.current`).
+(`pagedbench.results.report.current`).
 
-    python -m results.record.result_code --at 4552d99   # a commit's hash in every scope
+    python -m pagedbench.results.record.result_code --at 4552d99   # a commit's hash in every scope
 """
 from __future__ import annotations
 
@@ -41,11 +41,30 @@ from pathlib import Path
 import subprocess
 import sys
 
-from paths import ROOT
+from pagedbench.paths import ROOT
 
 RESULT_PATHS = ("engines", "workloads", "kernels", "conf", "hydra_plugins", "data/traces", "data/profiles",
                 "results/record/summary.py", "results/record/frames.py", "results/sweeps/capacity.py",
-                "results/sweeps/rate_search.py", "results/sweeps/sustainable.py", "run.py", "studies")
+                "results/sweeps/rate_search.py", "results/sweeps/sustainable.py", "run.py", "pagedbench/__init__.py",
+                "pagedbench/paths.py", "pagedbench/run.py", "studies")
+# What a run imports from the tree that cannot change its results, each for its reason: every other file a run
+# imports lies under RESULT_PATHS (tests/results/test_result_scope.py traces runs' imports against both lists).
+NOT_RESULTS = {
+    "results/record/console.py": "prints a summary to the terminal",
+    "results/record/identity.py": "a run folder's fingerprint and lock: whether to run, not what a run gives",
+    "results/record/provenance.py": "the record's metadata (commit, versions, machine), not compared",
+    "results/record/store.py": "writes the tables and summary as they are built (atomic renames)",
+    "results/record/wandb_backfill.py": "logs a finished run's folder to wandb",
+    "results/record/wandb_logger.py": "logs a run live to wandb",
+    "results/record/wandb_series.py": "the live wandb series of a run",
+    "results/record/vllm_result.py": "vllm_result.json, a copy of the summary's figures in vLLM's schema",
+    "results/record/__init__.py": "a docstring",
+    "results/sweeps/sweep_dir.py": "where a sweep writes, and which of its runs failed",
+    "results/report/callback.py": "a sweep's aggregate table, written after its runs",
+    "results/report/__init__.py": "a docstring",
+    "results/sweeps/__init__.py": "a docstring",
+    "results/__init__.py": "a docstring",
+}
 # Under RESULT_PATHS, what no run of the simulated backend imports (a folder or a file).
 SIM_UNUSED = ("engines/real", "engines/serving", "kernels", "engines/peers/http_client.py",
               "engines/peers/http_config.py", "engines/peers/server_process.py", "engines/peers/sse.py",
@@ -199,7 +218,7 @@ def result_code(scope: str | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.record.result_code",
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.results.record.result_code",
                                      description="The hash of the code and data results depend on.")
     parser.add_argument("--scope", choices=list(SCOPES), default="all",
                         help="all: every file below; sim: without what no sim run imports; nosearch: without the "

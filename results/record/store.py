@@ -18,7 +18,7 @@ import tempfile
 
 import pandas as pd
 
-from results.record.vllm_result import VLLM_RESULT, vllm_result, write as vllm_json
+from pagedbench.results.record.vllm_result import VLLM_RESULT, vllm_result, write as vllm_json
 
 SUMMARY = "summary.json"
 ERROR = "error.json"

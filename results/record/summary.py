@@ -34,10 +34,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from engines.batch import ADMISSION_LIMITS
-from engines.config import EngineConfig
-from engines.kv.memory_split import CATEGORIES
-from workloads.config import WorkloadConfig
+from pagedbench.engines.batch import ADMISSION_LIMITS
+from pagedbench.engines.config import EngineConfig
+from pagedbench.engines.kv.memory_split import CATEGORIES
+from pagedbench.workloads.config import WorkloadConfig
 
 PERCENTILES = (50, 90, 95, 99)
 WARMUP_FRACTION = 0.1
@@ -391,7 +391,7 @@ class RunSetting:
     backend: str
     backend_fields: dict         # the backend's own keys (hardware and budget, or device, dtype and load)
     width: int                   # rows of the widest request
-    trace: dict                  # workloads.trace_stats of the trace
+    trace: dict                  # pagedbench.workloads.trace_stats of the trace
     experiment: str | None
     stop_at_last_arrival: bool
     peer: str | None = None      # a peer's label (backend=transformers / http): the summary's engine

@@ -75,7 +75,7 @@ from typing import TextIO
 import numpy as np
 import pandas as pd
 
-from results.record.summary import (SLO_BOUNDS, percentile_label, request_latencies,
+from pagedbench.results.record.summary import (SLO_BOUNDS, percentile_label, request_latencies,
                                     summary_percentiles)
 
 VLLM_RESULT = "vllm_result.json"

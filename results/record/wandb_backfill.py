@@ -1,6 +1,6 @@
 """Logging finished runs and sweeps to Weights & Biases afterwards, under the names a live run uses.
 
-    python -m results.record.wandb_backfill RUN_OR_SWEEP_DIR [RUN_OR_SWEEP_DIR ...] [--again]
+    python -m pagedbench.results.record.wandb_backfill RUN_OR_SWEEP_DIR [RUN_OR_SWEEP_DIR ...] [--again]
         [--mode offline|online] [--project P] [--entity E] [--group G] [--tags T ...]
 
 A run folder (`summary.json` in it) becomes one wandb run, as `logger=wandb`
@@ -33,16 +33,16 @@ import sys
 import pandas as pd
 import yaml
 
-from paths import CONF
-from results.record.store import SUMMARY, TABLES, read_summary
-from results.record.wandb_logger import (LoggerConfig, active_config, close_failed, run_name, said_where,
+from pagedbench.paths import CONF
+from pagedbench.results.record.store import SUMMARY, TABLES, read_summary
+from pagedbench.results.record.wandb_logger import (LoggerConfig, active_config, close_failed, run_name, said_where,
                                          start_wandb, sweep_group, warn_failed)
-from results.record.wandb_series import CLOCK, bucket_starts, series_points, series_row
+from pagedbench.results.record.wandb_series import CLOCK, bucket_starts, series_points, series_row
 
 log = logging.getLogger("pagedbench")
 WANDB_DIR = "wandb"                  # where a run's wandb runs go (`logger.dir: null`)
 SWEEP_MARK = "multirun.yaml"         # Hydra writes it at the top of every sweep folder
-# A sweep's tables and figures, as results.report.aggregate and results.sweeps.capacity name them
+# A sweep's tables and figures, as pagedbench.results.report.aggregate and pagedbench.results.sweeps.capacity name them
 # (tests/results/test_wandb_backfill.py holds the names to theirs).
 AGGREGATE = "aggregate.parquet"
 CAPACITY_TABLES = {"capacity": "capacity.csv", "capacity_ratios": "capacity_ratios.csv"}
@@ -182,7 +182,7 @@ def sweep_tables(sweep_dir: Path) -> dict[str, pd.DataFrame]:
         tables = {"aggregate": aggregate, "latency_vs_rate": latency_table(aggregate),
                   "block_size": block_size_table(aggregate)}
     else:
-        log.warning("wandb: %s has no %s; run `python -m results.report.aggregate %s` first for its tables "
+        log.warning("wandb: %s has no %s; run `python -m pagedbench.results.report.aggregate %s` first for its tables "
                     "and figures", sweep_dir, AGGREGATE, sweep_dir)
     for key, name in CAPACITY_TABLES.items():
         if (sweep_dir / name).is_file():
@@ -254,7 +254,7 @@ def backfill(folder: Path, logger_cfg: dict, again: bool = False) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.record.wandb_backfill",
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.results.record.wandb_backfill",
                                      description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=Path, metavar="RUN_OR_SWEEP_DIR")
     parser.add_argument("--again", action="store_true", help="log folders that hold a wandb run already")

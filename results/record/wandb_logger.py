@@ -7,7 +7,7 @@ iterations, against the run's own clock `clock_s`: simulated seconds on the
 sim, wall seconds on the real backend); once the run's tables and summary are
 on disk it adds the request table and the summary. A finished run, a run
 folder or a sweep is logged afterwards, under the same names, by
-`results.record.wandb_backfill`.
+`pagedbench.results.record.wandb_backfill`.
 
 Offline by default (`conf/logger/wandb.yaml`, `mode: offline`): wandb writes the
 run beside the run's results, under `<run folder>/wandb/offline-run-*`, never
@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from engines.specs.mapping import build_from_mapping
-from results.record.wandb_series import CLOCK, SERIES, LiveSeries, bucket_starts
+from pagedbench.engines.specs.mapping import build_from_mapping
+from pagedbench.results.record.wandb_series import CLOCK, SERIES, LiveSeries, bucket_starts
 
 if TYPE_CHECKING:
-    from workloads.request import Request
+    from pagedbench.workloads.request import Request
 
 log = logging.getLogger("pagedbench")
 NAMES = ("none", "wandb")

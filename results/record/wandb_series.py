@@ -2,7 +2,7 @@
 
 `series_points` turns consecutive iterations into one point (counts summed, levels weighted by duration, the
 KV split as fractions of the budget); `LiveSeries` is the engine loop's callback that makes those points while
-a run goes; `results.record.wandb_backfill` makes the same points from a finished run's iterations table.
+a run goes; `pagedbench.results.record.wandb_backfill` makes the same points from a finished run's iterations table.
 """
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engines.kv.memory_split import CATEGORIES
+from pagedbench.engines.kv.memory_split import CATEGORIES
 
 if TYPE_CHECKING:
-    from engines.run_record import IterationRow
+    from pagedbench.engines.run_record import IterationRow
 
 SERIES = "iteration"   # the series' keys are `iteration/<name>`
 CLOCK = "clock_s"      # their x-axis: the run's clock at a point's first iteration (the wandb step is its index)

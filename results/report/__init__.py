@@ -12,6 +12,6 @@ sections themselves (`paper_sections`: method, Table 1, Figures 2, 12, 13 and
 check); `swapping`: Figure 19; `sensitivity`: the claim against the sim's
 uncertain inputs; `backend_sections`: the real CPU backend and the sim
 against it, with `replay_table`), and `write`, which composes and writes the
-report (`python -m results.report`). May import `results.sweeps` and
-`results.record`.
+report (`python -m pagedbench.results.report`). May import `pagedbench.results.sweeps` and
+`pagedbench.results.record`.
 """

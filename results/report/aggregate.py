@@ -1,8 +1,8 @@
 """One table of a whole sweep, with its figures, written beside its run folders.
 
-    python -m results.report.aggregate SWEEP_DIR [SWEEP_DIR ...] [--threshold S]
+    python -m pagedbench.results.report.aggregate SWEEP_DIR [SWEEP_DIR ...] [--threshold S]
 
-The table is `results.sweeps.collect.collect`'s: one row per finished run.
+The table is `pagedbench.results.sweeps.collect.collect`'s: one row per finished run.
 `write_aggregate` writes `aggregate.parquet`, `aggregate.csv`, `failures.csv`
 (only when some runs failed) and the figures under `figures/`, each
 atomically, and removes the ones an earlier call wrote that the runs no
@@ -18,9 +18,9 @@ import sys
 
 import pandas as pd
 
-from results.record.store import atomic_write, write_parquet
-from results.sweeps.sustainable import DEFAULT_THRESHOLD, format_ratios, format_rates, ratios, sustainable_rates
-from results.sweeps.collect import check_sweep_dir, collect, collect_failures, mixed_code_note
+from pagedbench.results.record.store import atomic_write, write_parquet
+from pagedbench.results.sweeps.sustainable import DEFAULT_THRESHOLD, format_ratios, format_rates, ratios, sustainable_rates
+from pagedbench.results.sweeps.collect import check_sweep_dir, collect, collect_failures, mixed_code_note
 
 log = logging.getLogger("pagedbench")
 
@@ -50,7 +50,7 @@ def write_tables(df: pd.DataFrame, failures: pd.DataFrame, sweep_dir: Path) -> l
 
 def write_figures(df: pd.DataFrame, sweep_dir: Path, threshold: float | None = None) -> list[Path]:
     """The figures the runs support, under sweep_dir/figures; stale ones of ours removed."""
-    from results.report.plots import FIGURE_NAMES, plot_all   # matplotlib loads only when drawing
+    from pagedbench.results.report.plots import FIGURE_NAMES, plot_all   # matplotlib loads only when drawing
 
     figures_dir = Path(sweep_dir) / FIGURES
     kwargs = {} if threshold is None else {"threshold": threshold}
@@ -102,7 +102,7 @@ def format_table(df: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.report.aggregate", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.results.report.aggregate", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dirs", nargs="+", type=Path, metavar="SWEEP_DIR")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help=f"normalized latency (s/token) an engine sustains (default {DEFAULT_THRESHOLD})")

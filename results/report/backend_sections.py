@@ -1,5 +1,5 @@
 """The report's sections on the real backend: its runs on this machine's CPU (the build step real_cpu's records)
-and the sim against it (`python -m studies.replay`: sim-vs-real error beside the real-vs-real noise floor).
+and the sim against it (`python -m pagedbench.studies.replay`: sim-vs-real error beside the real-vs-real noise floor).
 
 Their prose is docs/report/templates/backend_*.md.j2; this module computes the tables and values they show.
 """
@@ -12,12 +12,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from results.report.section import Section, shown, step_missing, typed_command
-from results.report.replay_table import format_table, misses, targets
-from results.report.markdown import num, pct, table
-from results.report.paper_sections import ENGINES
-from results.report.template import render
-from results.report.read import read_parquet
+from pagedbench.results.report.section import Section, shown, step_missing, typed_command
+from pagedbench.results.report.replay_table import format_table, misses, targets
+from pagedbench.results.report.markdown import num, pct, table
+from pagedbench.results.report.paper_sections import ENGINES
+from pagedbench.results.report.template import render
+from pagedbench.results.report.read import read_parquet
 
 
 def calibration_note(replay_dir: Path) -> str:
@@ -41,7 +41,7 @@ def calibration_note(replay_dir: Path) -> str:
 
 
 def section_validation(replay_dir: Path) -> Section:
-    """The sim against the real backend on one trace (studies.replay, its calibration protocol), beside the
+    """The sim against the real backend on one trace (pagedbench.studies.replay, its calibration protocol), beside the
     real backend's own noise."""
     path = replay_dir / "replay.csv"
     if not path.is_file():
@@ -54,7 +54,7 @@ def section_validation(replay_dir: Path) -> Section:
                           noise=noise, verdicts=verdicts), has_runs=True)
 
 
-HF_RESULT = "hf_generate.json"   # what `python -m studies.hf_generate --out DIR` writes in DIR
+HF_RESULT = "hf_generate.json"   # what `python -m pagedbench.studies.hf_generate --out DIR` writes in DIR
 
 
 def outside_reference(static: Path | None, hf: Path | None) -> tuple[dict | None, list]:

@@ -1,5 +1,5 @@
 """The report's parts on the sim's beam model: persistence calibrated to the paper's Figure 15 savings
-(`studies.beam_persistence`), and the model against the real backend's beam search (`studies.beam_check`).
+(`pagedbench.studies.beam_persistence`), and the model against the real backend's beam search (`pagedbench.studies.beam_check`).
 
 The prose is in docs/report/templates/beams_*.md.j2; the commands shown are the build's steps
 (docs/report/steps.yaml)."""
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from engines.sim.build import SimBackendConfig
-from results.report.markdown import num, pct, table
-from results.report.paper import paper
-from results.report.section import Section, step_not_run, typed_command
-from results.report.template import render
+from pagedbench.engines.sim.build import SimBackendConfig
+from pagedbench.results.report.markdown import num, pct, table
+from pagedbench.results.report.paper import paper
+from pagedbench.results.report.section import Section, step_not_run, typed_command
+from pagedbench.results.report.template import render
 
 def persistence_gap(savings: pd.DataFrame, target: dict) -> tuple[float, float] | None:
     """How far, in points, the savings without persistence (0) run above the paper's: (least, most) over the
@@ -25,7 +25,7 @@ def persistence_gap(savings: pd.DataFrame, target: dict) -> tuple[float, float] 
 
 
 def section_persistence(path: Path) -> Section:
-    """The calibration of beam persistence to the paper's Figure 15 savings (studies.beam_persistence), read from
+    """The calibration of beam persistence to the paper's Figure 15 savings (pagedbench.studies.beam_persistence), read from
     `path` (ROOT/beam_persistence/persistence.csv under the records' root ROOT)."""
     if not path.is_file():
         return Section(not_run=[step_not_run("beam_persistence", path.parent.parent)])
@@ -44,7 +44,7 @@ def section_persistence(path: Path) -> Section:
 
 
 def section_beam_check(path: Path) -> Section:
-    """The sim's beam model against the real beam search (studies.beam_check), read from `path`
+    """The sim's beam model against the real beam search (pagedbench.studies.beam_check), read from `path`
     (ROOT/beam_check/beam_check.csv under the records' root ROOT)."""
     if not path.is_file():
         return Section(not_run=[step_not_run("beam_check", path.parent.parent)])

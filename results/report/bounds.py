@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from results.report.read import load_capacity
-from results.report.section import Section, experiment_not_run, shown
-from results.sweeps.capacity import BOUND_WORDS, CAPACITY_CSV, bound_warning
+from pagedbench.results.report.read import load_capacity
+from pagedbench.results.report.section import Section, experiment_not_run, shown
+from pagedbench.results.sweeps.capacity import BOUND_WORDS, CAPACITY_CSV, bound_warning
 
 
 def bound_note(bound: str) -> str:

@@ -1,18 +1,18 @@
 """Rebuild the report in one command: run every step of docs/report/steps.yaml that this code has no records of, then render.
 
-    python -m results.report.build                 # make report: outputs/ -> docs/REPORT.md
-    python -m results.report.build --quick         # make report-quick: outputs/report-quick/ -> its REPORT.md
-    python -m results.report.build --jobs 2        # the sim sweeps' parallel processes (default: one per core)
-    python -m results.report.build --launcher slurm   # the sim sweeps on a SLURM cluster (conf/hydra/launcher)
-    python -m results.report.build --parallel 2    # two untimed steps at once (each sweep with its own processes)
-    python -m results.report.build --list          # the steps, their commands and whether their records are current
-    python -m results.report.build --steps capacity,chat   # only these steps, then render
-    python -m results.report.build --update        # make report-update: only what this code changed since the report
-    python -m results.report.build --update --list # what an update would run, and what it would keep
+    python -m pagedbench.results.report.build                 # make report: outputs/ -> docs/REPORT.md
+    python -m pagedbench.results.report.build --quick         # make report-quick: outputs/report-quick/ -> its REPORT.md
+    python -m pagedbench.results.report.build --jobs 2        # the sim sweeps' parallel processes (default: one per core)
+    python -m pagedbench.results.report.build --launcher slurm   # the sim sweeps on a SLURM cluster (conf/hydra/launcher)
+    python -m pagedbench.results.report.build --parallel 2    # two untimed steps at once (each sweep with its own processes)
+    python -m pagedbench.results.report.build --list          # the steps, their commands and whether their records are current
+    python -m pagedbench.results.report.build --steps capacity,chat   # only these steps, then render
+    python -m pagedbench.results.report.build --update        # make report-update: only what this code changed since the report
+    python -m pagedbench.results.report.build --update --list # what an update would run, and what it would keep
 
-Each step's records go to one folder under the records' root (`results.report.steps`). A step is skipped
+Each step's records go to one folder under the records' root (`pagedbench.results.report.steps`). A step is skipped
 when its folder's stamp says it finished with the same command at this checkout's result-affecting code in
-the step's scope (`python -m results.record.result_code --scope sim` for a sim step, whose runs are made
+the step's scope (`python -m pagedbench.results.record.result_code --scope sim` for a sim step, whose runs are made
 with PAGEDBENCH_RESULT_SCOPE=sim; the whole code for the others); a folder made by another command or other
 code is moved aside to ROOT/stale/ first (nothing is deleted), so every record the report reads was made by
 this code; a step fails if its scope's code changes while it runs, and the build stops before a step whose
@@ -26,11 +26,11 @@ them. A failed step is
 reported with the end of its log and the build goes on: the report then holds the sections that have
 records and lists the rest, and the shipped report is not replaced. The time of every step and section is
 printed at the end, and kept in ROOT/build.json. Writing the shipped report also rewrites the README's
-results block from the same records (`results.report.headline`).
+results block from the same records (`pagedbench.results.report.headline`).
 
 `--update` (`make report-update`) rebuilds only what the checkout changed since the report it writes over
 (docs/REPORT.md, or the quick build's): a section of that report is kept, with its figures and its records'
-rows, when every step that feeds it (steps.yaml `section` and `also`) is current there (`results.report.current`:
+rows, when every step that feeds it (steps.yaml `section` and `also`) is current there (`pagedbench.results.report.current`:
 made by this code in the step's scope, read at the commits that made them where the code differs), and its
 steps are not run; every other section is made again, and so are all the steps that feed it. The README's
 results block is a section of its own (the headline steps). So a fix to the real backend reruns the timed steps
@@ -51,15 +51,15 @@ import tempfile
 import time
 from typing import TYPE_CHECKING
 
-from paths import OUTPUTS, REPORT, ROOT
-from results.record import provenance
-from results.record.result_code import SCOPE_ENV, digest, narrower, scope_codes
-from results.record.store import atomic_write
-from results.report.section import shown
-from results.report.steps import Step, load_steps, read_stamp, step as named_step, write_stamp
+from pagedbench.paths import OUTPUTS, REPORT, ROOT
+from pagedbench.results.record import provenance
+from pagedbench.results.record.result_code import SCOPE_ENV, digest, narrower, scope_codes
+from pagedbench.results.record.store import atomic_write
+from pagedbench.results.report.section import shown
+from pagedbench.results.report.steps import Step, load_steps, read_stamp, step as named_step, write_stamp
 
 if TYPE_CHECKING:
-    from results.report.write import Earlier
+    from pagedbench.results.report.write import Earlier
 
 FULL_ROOT = OUTPUTS
 QUICK_ROOT = OUTPUTS / "report-quick"
@@ -75,8 +75,8 @@ def stamped_command(step: Step, root: Path, quick: bool) -> list[str]:
 def is_current(step: Step, root: Path, quick: bool, code: str) -> bool:
     """Whether `step`'s folder holds its finished records from this command at result code `code` (the step's
     scope's), or at another scope's code that the commit which made them shows is still `code` in the step's
-    scope (`results.report.current.current_at`: a step moved to a narrower scope keeps its records)."""
-    from results.report.current import current_at
+    scope (`pagedbench.results.report.current.current_at`: a step moved to a narrower scope keeps its records)."""
+    from pagedbench.results.report.current import current_at
 
     stamp = read_stamp(step.folder(root))
     if not (stamp and stamp.get("ok") and stamp.get("command") == stamped_command(step, root, quick)):
@@ -191,7 +191,7 @@ def needed(earlier: Earlier, steps: list[Step]) -> set[str]:
     """The steps an update must run: those not current in the `earlier` report, and every step that feeds a
     part (a section, or the README's results block) that one of them feeds, until no part is half made from
     records run again; and all the steps of a section the earlier report lacks."""
-    from results.report.headline import HEADLINE_STEPS
+    from pagedbench.results.report.headline import HEADLINE_STEPS
 
     names = {s.name for s in steps}
     sections = {x for step in steps for x in (step.section, *step.also)}
@@ -212,14 +212,14 @@ def needed(earlier: Earlier, steps: list[Step]) -> set[str]:
 
 
 def render(root: Path, out: Path, complete_or_fail: bool = False, earlier: Earlier | None = None) -> int:
-    """The report from the records under `root` (as `python -m results.report` renders it, from this build's
+    """The report from the records under `root` (as `python -m pagedbench.results.report` renders it, from this build's
     folders), with the sections of `earlier` it keeps (`--update`). With `complete_or_fail` (the quick build)
     every part must have records, every section must come from this checkout's result code, and no section may
     read a step steps.yaml does not give it, else 1; 2 when nothing could be written."""
-    from results.report.current import stale_sections
-    from results.report.headline import HEADLINE_STEPS
-    from results.report.reads import undeclared
-    from results.report.write import compose, publish
+    from pagedbench.results.report.current import stale_sections
+    from pagedbench.results.report.headline import HEADLINE_STEPS
+    from pagedbench.results.report.reads import undeclared
+    from pagedbench.results.report.write import compose, publish
 
     experiments = root / "experiments"
     with tempfile.TemporaryDirectory() as figures:
@@ -228,7 +228,7 @@ def render(root: Path, out: Path, complete_or_fail: bool = False, earlier: Earli
         if publish(report, Path(figures), out) is None:
             return 2
     if Path(out).resolve() == REPORT.resolve():
-        from results.report.headline import after_shipped_report
+        from pagedbench.results.report.headline import after_shipped_report
         absent = [name for name in HEADLINE_STEPS if not named_step(name).folder(root).is_dir()]
         if earlier is not None and absent:
             print(f"the README's results block is kept: its steps ({', '.join(absent)} among them) are current in the "
@@ -301,7 +301,7 @@ def run_steps(chosen: list[Step], root: Path, quick: bool, codes: dict[str, str]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.report.build", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.results.report.build", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help=f"the quick build: each step's quick arguments, records under {shown(QUICK_ROOT)}")
     parser.add_argument("--root", type=Path, help="the records' root (default outputs/, or outputs/report-quick/)")
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [s for s in order(steps) if not args.steps or s.name in names]
     earlier, need = None, None
     if args.update:
-        from results.report.write import Earlier
+        from pagedbench.results.report.write import Earlier
 
         if not Path(out).is_file():
             print(f"error: --update keeps sections of the report it writes over, and {shown(out)} does not exist: "

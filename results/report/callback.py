@@ -1,5 +1,6 @@
-"""Hydra hooks for sweeps: where a sweep writes, and its aggregate written (and, with `logger=wandb`, logged
-as the sweep's own wandb run) when it ends."""
+"""The Hydra callback of a sweep (conf/config.yaml `hydra.callbacks`): its aggregate written (and, with
+`logger=wandb`, logged as the sweep's own wandb run) when it ends, and its failed runs named for the run command
+(results/sweeps/sweep_dir.py, which the run command reads)."""
 from __future__ import annotations
 
 import logging
@@ -8,26 +9,9 @@ from pathlib import Path
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
+from pagedbench.results.sweeps.sweep_dir import note_failure
+
 log = logging.getLogger("pagedbench")
-
-
-def sweep_dir(experiment: str | None, stamp: str) -> str:
-    """An experiment sweeps into outputs/experiments/NAME (re-running it skips finished runs);
-    any other multirun into outputs/multirun/DATE/TIME."""
-    return f"outputs/experiments/{experiment}" if experiment else f"outputs/multirun/{stamp}"
-
-
-def register_resolvers() -> None:
-    if not OmegaConf.has_resolver("sweep_dir"):
-        OmegaConf.register_new_resolver("sweep_dir", sweep_dir)
-
-
-_failures: list[str] = []   # set when a multirun ends: one line if some of its runs failed (this process only)
-
-
-def sweep_failures() -> str | None:
-    """The line saying which runs of the multirun that just ended failed, or None (run.py exits 1 on it)."""
-    return _failures[-1] if _failures else None
 
 
 class AggregateSweep(Callback):
@@ -36,30 +20,29 @@ class AggregateSweep(Callback):
     (their errors are in failures.csv and each run's error.json)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs) -> None:
-        from results.sweeps.collect import collect_failures
+        from pagedbench.results.sweeps.collect import collect_failures
 
         folder = Path(config.hydra.sweep.dir)
         try:
-            from results.report.aggregate import write_aggregate
+            from pagedbench.results.report.aggregate import write_aggregate
 
             log.info("sweep aggregate: %s", write_aggregate(folder))
         except Exception as err:   # the runs' own results are already safe on disk
-            log.warning("could not aggregate %s (%s); run `python -m results.report.aggregate %s`", folder, err, folder)
+            log.warning("could not aggregate %s (%s); run `python -m pagedbench.results.report.aggregate %s`", folder, err, folder)
         log_sweep_to_wandb(config, folder)
         failures = collect_failures(folder)
         if len(failures):
             first = failures.iloc[0]
-            _failures.append(f"{len(failures)} run(s) of the sweep in {folder} failed (listed in "
-                             f"{folder / 'failures.csv'}); first: {first['run_dir']}: {first['error']}")
-            log.error("%s", _failures[-1])
+            log.error("%s", note_failure(f"{len(failures)} run(s) of the sweep in {folder} failed (listed in "
+                                         f"{folder / 'failures.csv'}); first: {first['run_dir']}: {first['error']}"))
 
 
 def log_sweep_to_wandb(config: DictConfig, folder: Path) -> None:
-    """The sweep's wandb run: its tables and figures (`results.record.wandb_backfill.log_sweep`); nothing,
+    """The sweep's wandb run: its tables and figures (`pagedbench.results.record.wandb_backfill.log_sweep`); nothing,
     without importing wandb, unless `logger=wandb`. A failure is one warning line."""
     if "logger" not in config or config.logger.get("name") != "wandb":
         return
-    from results.record.wandb_backfill import log_sweep
+    from pagedbench.results.record.wandb_backfill import log_sweep
 
     try:
         logger_cfg = OmegaConf.to_container(config.logger, resolve=True)
@@ -67,5 +50,5 @@ def log_sweep_to_wandb(config: DictConfig, folder: Path) -> None:
                                               resolve=True)
         log_sweep(folder, logger_cfg, sweep_config)
     except Exception as err:   # the sweep's results are on disk already
-        log.warning("could not log the sweep %s to wandb (%s); run `python -m results.record.wandb_backfill %s`",
+        log.warning("could not log the sweep %s to wandb (%s); run `python -m pagedbench.results.record.wandb_backfill %s`",
                     folder, err, folder)

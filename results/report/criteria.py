@@ -8,7 +8,7 @@ from functools import cache
 
 import yaml
 
-from paths import CONF
+from pagedbench.paths import CONF
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,16 +1,16 @@
 """Whether a report describes this code: the sections whose records another result-affecting code made.
 
-    python -m results.report.current                  # checks docs/REPORT.md against this checkout; exit 1 if stale
-    python -m results.report.current REPORT.md        # another report
+    python -m pagedbench.results.report.current                  # checks docs/REPORT.md against this checkout; exit 1 if stale
+    python -m pagedbench.results.report.current REPORT.md        # another report
 
 The report ends with "Records behind this report": one row per step of the build, the result code that made
 its records and whether it was the code that rendered it. A report is current when every row's code is this
-checkout's in the row's step's scope (`python -m results.record.result_code [--scope sim]`; a row at this
+checkout's in the row's step's scope (`python -m pagedbench.results.record.result_code [--scope sim]`; a row at this
 checkout's whole code is current in any scope) and every step of the build has a row; otherwise each
 stale or missing row names its section and the command that rebuilds it.
 
 A row whose code is not this checkout's is still current when the commits that made its records say so: each
-commit's tree, read from git's history (`results.record.result_code.digests_at`), has the row's code in the
+commit's tree, read from git's history (`pagedbench.results.record.result_code.digests_at`), has the row's code in the
 row's scope (so that tree made them, not an uncommitted edit) and this checkout's code in the step's scope
 now (so nothing the step can run changed since). A scope defined or narrowed after the records were made thus
 applies to them; a clone without those commits (a shallow one) reads such rows as stale. An engine fix thus lands with its re-run, or this check (a test of the suite) says
@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 import sys
 
-from paths import REPORT
-from results.record.result_code import NotInHistory, SCOPES, digests_at, narrower, scope_codes
-from results.report.steps import Step, load_steps
+from pagedbench.paths import REPORT
+from pagedbench.results.record.result_code import NotInHistory, SCOPES, digests_at, narrower, scope_codes
+from pagedbench.results.report.steps import Step, load_steps
 
 RECORDS_HEADING = "## Records behind this report"
 
@@ -86,7 +86,7 @@ def stale_sections(text: str, codes: dict[str, str], steps: list[Step] | None = 
     for step, section, _runs, made, commits, _this, *rest in records_rows(text):
         made_scope = rest[0] if rest else "all"
         if not current_at(split(made), split(commits), made_scope, scope.get(step, "all"), codes, at):
-            stale.append(Stale(step, section, made, f"python -m results.report.build --steps {step}"))
+            stale.append(Stale(step, section, made, f"python -m pagedbench.results.report.build --steps {step}"))
     return stale
 
 
@@ -94,12 +94,12 @@ def missing_steps(text: str, steps: list[Step] | None = None) -> list[Stale]:
     """Every step of the build (docs/report/steps.yaml) that the report `text`'s records table does not list: a
     part of the report rendered without its records (it says so where the section would be)."""
     listed = {row[0] for row in records_rows(text)}
-    return [Stale(s.name, s.section, None, f"python -m results.report.build --steps {s.name}")
+    return [Stale(s.name, s.section, None, f"python -m pagedbench.results.report.build --steps {s.name}")
             for s in (steps if steps is not None else load_steps()) if s.name not in listed]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.report.current", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.results.report.current", description=__doc__.splitlines()[0])
     parser.add_argument("report", nargs="?", type=Path, default=REPORT)
     args = parser.parse_args(argv)
     codes = scope_codes()

@@ -9,11 +9,11 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 import pandas as pd
 
-from results.record.store import read_summary
-from results.record.summary import request_latencies
-from results.report.plots import engine_color, legend_outside, numeric, panel_grid, rate_label, save_figure
-from results.sweeps.collect import engine_rank
-from results.report.read import read_parquet
+from pagedbench.results.record.store import read_summary
+from pagedbench.results.record.summary import request_latencies
+from pagedbench.results.report.plots import engine_color, legend_outside, numeric, panel_grid, rate_label, save_figure
+from pagedbench.results.sweeps.collect import engine_rank
+from pagedbench.results.report.read import read_parquet
 
 
 def runs_at_rate(folder: Path, df: pd.DataFrame, rate: float, workload: str | None = None) -> list[Path]:

@@ -3,10 +3,10 @@
 The README used to carry tables typed in from an earlier report, which a rerun left behind. Now the block
 between README_START and README_END is rendered (docs/report/templates/readme_results.md.j2) from the
 records the shipped report was made from, stamped with the result codes of those records (this checkout's
-when none has records yet), whenever `make report` writes docs/REPORT.md (after `python -m results.report --out docs/REPORT.md`,
-run `python -m results.report.headline`).
+when none has records yet), whenever `make report` writes docs/REPORT.md (after `python -m pagedbench.results.report --out docs/REPORT.md`,
+run `python -m pagedbench.results.report.headline`).
 
-    python -m results.report.headline            # rewrite the README's block from outputs/ (the build does this)
+    python -m pagedbench.results.report.headline            # rewrite the README's block from outputs/ (the build does this)
 """
 from __future__ import annotations
 
@@ -15,17 +15,17 @@ from pathlib import Path
 import re
 import sys
 
-from paths import OUTPUTS, README
-from results.record.result_code import result_code
-from results.report.paper import reference
-from results.report.paper_sections import CAPACITY_HEADER, MEMORY_HEADER, capacity_tables, memory_rows
-from results.report.read import load, load_capacity
-from results.report.section import step_command
-from results.report.setup import trace_setup
-from results.report.sharing import BASELINES, capacity_rows
-from results.report.steps import step
-from results.report.template import render
-from results.report.write import step_records
+from pagedbench.paths import OUTPUTS, README
+from pagedbench.results.record.result_code import result_code
+from pagedbench.results.report.paper import reference
+from pagedbench.results.report.paper_sections import CAPACITY_HEADER, MEMORY_HEADER, capacity_tables, memory_rows
+from pagedbench.results.report.read import load, load_capacity
+from pagedbench.results.report.section import step_command
+from pagedbench.results.report.setup import trace_setup
+from pagedbench.results.report.sharing import BASELINES, capacity_rows
+from pagedbench.results.report.steps import step
+from pagedbench.results.report.template import render
+from pagedbench.results.report.write import step_records
 
 README_START = "<!-- results: written by `make report` from the report's records; do not edit here -->"
 README_END = "<!-- /results -->"
@@ -100,7 +100,7 @@ def after_shipped_report(root: Path, readme: Path = README) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.report.headline", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.results.report.headline", description=__doc__.splitlines()[0])
     parser.add_argument("--root", type=Path, default=OUTPUTS, help="the records' root (default outputs/)")
     parser.add_argument("--readme", type=Path, default=README)
     args = parser.parse_args(argv)

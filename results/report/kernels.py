@@ -16,12 +16,12 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from engines.specs.presets import available, load_hardware
-from paths import KEPT_RUNS, ROOT
-from results.report.markdown import num, table
-from results.report.paper import reference
-from results.report.replay_table import format_table
-from results.report.template import render
+from pagedbench.engines.specs.presets import available, load_hardware
+from pagedbench.paths import KEPT_RUNS, ROOT
+from pagedbench.results.report.markdown import num, table
+from pagedbench.results.report.paper import reference
+from pagedbench.results.report.replay_table import format_table
+from pagedbench.results.report.template import render
 
 GPU_RUNS = KEPT_RUNS / "gpu_h200"   # a kept run of scripts/gpu_check.sh: kernels/, profile/, swap/, replay/
 SHOWN_BLOCK = 16                    # the block size each row shows (the paper's Figure 18a reads its penalty there)

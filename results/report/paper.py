@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from paths import REFERENCE
+from pagedbench.paths import REFERENCE
 
 
 @dataclass(frozen=True, slots=True)

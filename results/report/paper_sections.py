@@ -1,6 +1,6 @@
 """The report's sections on the paper's main figures, read from the experiments' sweeps: the method,
 Table 1 (the KV budget, from the presets), Figure 2 (memory waste), Figure 12 (capacity), Figure 13 (batch
-size) and Figure 18b (block size), each beside the paper's numbers (`results.report.paper`).
+size) and Figure 18b (block size), each beside the paper's numbers (`pagedbench.results.report.paper`).
 
 Code computes the tables and the values the prose quotes; the prose is docs/report/templates/paper_*.md.j2."""
 from __future__ import annotations
@@ -11,21 +11,21 @@ from pathlib import Path
 
 import pandas as pd
 
-from engines.kv.budget import GiB, kv_budget
-from engines.specs.presets import load_hardware, load_model
-from paths import EXPERIMENTS
-from results.report.bounds import bound_note, capacity_warnings
-from results.report.criteria import criteria
-from results.report.markdown import num, pct
-from results.report.paper import earlier_report, paper, reference
-from results.report.plots import (has_curve, plot_batch_size, plot_block_size, plot_latency_vs_rate,
+from pagedbench.engines.kv.budget import GiB, kv_budget
+from pagedbench.engines.specs.presets import load_hardware, load_model
+from pagedbench.paths import EXPERIMENTS
+from pagedbench.results.report.bounds import bound_note, capacity_warnings
+from pagedbench.results.report.criteria import criteria
+from pagedbench.results.report.markdown import num, pct
+from pagedbench.results.report.paper import earlier_report, paper, reference
+from pagedbench.results.report.plots import (has_curve, plot_batch_size, plot_block_size, plot_latency_vs_rate,
                                   plot_memory_waste, rate_curves)
-from results.report.read import load, load_capacity, read_parquet
-from results.report.setup import SECONDS_PER_HOUR, duration_words, trace_setup
-from results.report.section import Section, shown, step_command, step_not_run
-from results.report.template import render
-from results.sweeps.capacity import capacity_summary, ratio_summary, ratio_table
-from results.sweeps.sustainable import ratio_bound
+from pagedbench.results.report.read import load, load_capacity, read_parquet
+from pagedbench.results.report.setup import SECONDS_PER_HOUR, duration_words, trace_setup
+from pagedbench.results.report.section import Section, shown, step_command, step_not_run
+from pagedbench.results.report.template import render
+from pagedbench.results.sweeps.capacity import capacity_summary, ratio_summary, ratio_table
+from pagedbench.results.sweeps.sustainable import ratio_bound
 
 CATS = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
 ENGINES = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")

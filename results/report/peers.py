@@ -1,5 +1,5 @@
 """The report's section on real peers: our engines in process and behind our server, transformers' continuous
-batching in process and behind `transformers serve`, one trace and one model (`python -m studies.peers`,
+batching in process and behind `transformers serve`, one trace and one model (`python -m pagedbench.studies.peers`,
 the records of the build's step). The prose is docs/report/templates/peers_section.md.j2.
 
 Beside them, as "before", the same study kept from the server this one replaced (data/runs/peers_cpu/: the
@@ -12,10 +12,10 @@ import json
 from pathlib import Path
 import subprocess
 
-from paths import OUTPUTS, ROOT
-from results.report.section import NotRun, Section, step_command
-from results.report.steps import step
-from results.report.template import render
+from pagedbench.paths import OUTPUTS, ROOT
+from pagedbench.results.report.section import NotRun, Section, step_command
+from pagedbench.results.report.steps import step
+from pagedbench.results.report.template import render
 
 STEP = "peers"
 BEFORE = ROOT / "data" / "runs" / "peers_cpu" / "peers.json"

@@ -30,9 +30,9 @@ import matplotlib.pyplot as plt   # noqa: E402
 import numpy as np   # noqa: E402
 import pandas as pd   # noqa: E402
 
-from results.sweeps.collect import engine_rank   # noqa: E402
-from results.record.store import atomic_write   # noqa: E402
-from results.sweeps.sustainable import DEFAULT_THRESHOLD   # noqa: E402
+from pagedbench.results.sweeps.collect import engine_rank   # noqa: E402
+from pagedbench.results.record.store import atomic_write   # noqa: E402
+from pagedbench.results.sweeps.sustainable import DEFAULT_THRESHOLD   # noqa: E402
 
 ENGINE_COLORS = {"static": "#7f7f7f", "orca-max": "#d62728", "orca-pow2": "#ff7f0e",
                  "orca-oracle": "#9467bd", "paged": "#1f77b4"}

@@ -6,8 +6,8 @@ import sys
 
 import pandas as pd
 
-from results.sweeps.capacity import CAPACITY_CSV
-from results.sweeps.collect import collect
+from pagedbench.results.sweeps.capacity import CAPACITY_CSV
+from pagedbench.results.sweeps.collect import collect
 
 
 def load(experiments: Path, name: str) -> pd.DataFrame | None:
@@ -32,9 +32,9 @@ def load_aggregate(experiments: Path, name: str) -> pd.DataFrame | None:
 
 
 def read_parquet(path: Path, **kwargs) -> pd.DataFrame:
-    """`pd.read_parquet`, announced as a read of the report (`results.report.reads`: pyarrow opens the file
+    """`pd.read_parquet`, announced as a read of the report (`pagedbench.results.report.reads`: pyarrow opens the file
     outside Python, where no audit event sees it)."""
-    from results.report.reads import READ_EVENT
+    from pagedbench.results.report.reads import READ_EVENT
 
     sys.audit(READ_EVENT, str(path))
     return pd.read_parquet(path, **kwargs)

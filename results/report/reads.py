@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 import sys
 
-from results.report.steps import Step
+from pagedbench.results.report.steps import Step
 
 READ_EVENT = "pagedbench.report.read"
 EVENTS = frozenset({"open", "os.scandir", "os.listdir", READ_EVENT})

@@ -1,5 +1,5 @@
 """The replay's table: the sim against the real backend on one trace, per engine, beside the real backend's
-own noise (`python -m studies.replay` writes it as replay.csv; the report and the study print it the same way).
+own noise (`python -m pagedbench.studies.replay` writes it as replay.csv; the report and the study print it the same way).
 
 Each cell of a run-level figure reads `sim / real (error; spread)`: the real figure is the mean of the
 real repeats, the error the sim's against it, the spread the repeats' max - min over their mean (the
@@ -21,7 +21,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from paths import REFERENCE
+from pagedbench.paths import REFERENCE
 
 # The run-level figures compared, with their labels: each becomes sim_KEY, real_KEY, KEY_error_pct and
 # KEY_real_spread_pct columns.

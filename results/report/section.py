@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from paths import ROOT
-from results.report.steps import step
+from pagedbench.paths import ROOT
+from pagedbench.results.report.steps import step
 
 
 def shown(path: Path) -> str:

@@ -1,5 +1,5 @@
 """The report's sensitivity section: how the paged / Orca ratios of Figures 12, 15 and 17 move with the sim's
-uncertain inputs, read from the table `python -m studies.sensitivity` writes (sensitivity.csv).
+uncertain inputs, read from the table `python -m pagedbench.studies.sensitivity` writes (sensitivity.csv).
 
 For each figure and input: the ratio at the low end, the preset and the high end of the input's range, and a
 verdict on the two conclusions a reader draws from the figure: paged serves more than Orca (ratio > 1), and by
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from results.report.criteria import criteria
-from results.report.section import Section, shown, step_command, step_not_run
-from results.report.template import render
+from pagedbench.results.report.criteria import criteria
+from pagedbench.results.report.section import Section, shown, step_command, step_not_run
+from pagedbench.results.report.template import render
 
 STEP = "sensitivity"
 

@@ -6,7 +6,7 @@ beside ours; a part without runs is left out and named by its step of the build
 (`section.step_not_run`). A capacity that is only a bound says so in words ("6, lower bound"), as does
 a ratio with one in it. The code computes the tables, the figures and the values the prose quotes; the prose
 is in docs/report/templates/sharing_*.md.j2, the paper's numbers in data/reference/paper.yaml, the criteria in
-the config (`criteria`), the commands in docs/report/steps.yaml. `results.report.write` puts the sections in
+the config (`criteria`), the commands in docs/report/steps.yaml. `pagedbench.results.report.write` puts the sections in
 the report; the beam model's parts are in `beams`, swapping's (Figure 19) in `swapping`.
 """
 from __future__ import annotations
@@ -16,23 +16,23 @@ from pathlib import Path
 
 import pandas as pd
 
-from results.record.identity import RUN_RECORD
-from results.report.beams import section_persistence
-from results.report.bounds import bound_note, capacity_part, capacity_warnings, ratio_cell
-from results.report.criteria import criteria
-from results.report.distribution_plots import plot_latency_distributions, runs_at_rate
-from results.report.markdown import num, pct, table
-from results.report.paper import paper, reference, sharing_before
-from results.report.read import load, load_aggregate, load_capacity
-from results.report.section import Section, shown, step_not_run, typed_command
-from results.report.setup import trace_setup
-from results.report.sharing_plots import (plot_beam, plot_chat, plot_prefix, plot_sampling, plot_sharegpt_saving,
+from pagedbench.results.record.identity import RUN_RECORD
+from pagedbench.results.report.beams import section_persistence
+from pagedbench.results.report.bounds import bound_note, capacity_part, capacity_warnings, ratio_cell
+from pagedbench.results.report.criteria import criteria
+from pagedbench.results.report.distribution_plots import plot_latency_distributions, runs_at_rate
+from pagedbench.results.report.markdown import num, pct, table
+from pagedbench.results.report.paper import paper, reference, sharing_before
+from pagedbench.results.report.read import load, load_aggregate, load_capacity
+from pagedbench.results.report.section import Section, shown, step_not_run, typed_command
+from pagedbench.results.report.setup import trace_setup
+from pagedbench.results.report.sharing_plots import (plot_beam, plot_chat, plot_prefix, plot_sampling, plot_sharegpt_saving,
                                           setting)
-from results.report.steps import step
-from results.report.swapping import preemption_rows
-from results.report.template import render
-from results.sweeps.capacity import combined_bound
-from results.sweeps.sustainable import ratio_bound
+from pagedbench.results.report.steps import step
+from pagedbench.results.report.swapping import preemption_rows
+from pagedbench.results.report.template import render
+from pagedbench.results.sweeps.capacity import combined_bound
+from pagedbench.results.sweeps.sustainable import ratio_bound
 
 BASELINES = ("orca-max", "orca-pow2", "orca-oracle")
 LIMIT_WORDS = {"memory": "memory", "max_num_seqs": "row cap", "token_budget": "token budget"}

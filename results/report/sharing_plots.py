@@ -31,12 +31,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 import yaml
 
-from engines.sim.swap_cost import swap_costs
-from engines.specs.presets import load_hardware, load_model
-from paths import REPORT_SOURCES
-from results.report.paper import paper
-from results.report.plots import engine_color, engines_in, legend_outside, panel_grid, save_figure, steady
-from results.sweeps.capacity import combined_bound
+from pagedbench.engines.sim.swap_cost import swap_costs
+from pagedbench.engines.specs.presets import load_hardware, load_model
+from pagedbench.paths import REPORT_SOURCES
+from pagedbench.results.report.paper import paper
+from pagedbench.results.report.plots import engine_color, engines_in, legend_outside, panel_grid, save_figure, steady
+from pagedbench.results.sweeps.capacity import combined_bound
 
 PREEMPTION_COLORS = {"swap": "#1f77b4", "recompute": "#d62728"}
 PaperSaving = Mapping[str, float | tuple[float, float]]   # setting -> saving %, or its (low, high) range

@@ -4,7 +4,7 @@ A step is one command that makes the records one part of the report reads: an ex
 (`python run.py -m experiment=NAME`), a study (`python -m studies.NAME --out FOLDER`). Its records go to
 one folder under a records' root (outputs/ for the report, outputs/report-quick/ for the quick one): a
 `run.py` step's to ROOT/experiments/NAME, any other's to ROOT/NAME. When a step finishes, the runner
-(`results.report.build`) writes the step's stamp, step.json, into that folder: the command, the
+(`pagedbench.results.report.build`) writes the step's stamp, step.json, into that folder: the command, the
 result-affecting code it ran at (in the step's scope, `code`: sim for the sim's steps, whose records no
 file of the real backend, the server or the kernels can change), the commit, how long it took. A step feeds
 its `section`, and any other it lists in `also` (sections that read its records too). The report reads the stamps to say which
@@ -20,9 +20,9 @@ import shlex
 
 import yaml
 
-from paths import REPORT_SOURCES
-from results.record.result_code import SCOPES
-from results.record.store import atomic_write
+from pagedbench.paths import REPORT_SOURCES
+from pagedbench.results.record.result_code import SCOPES
+from pagedbench.results.record.store import atomic_write
 
 STEPS_FILE = REPORT_SOURCES / "steps.yaml"
 STAMP = "step.json"

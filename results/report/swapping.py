@@ -10,20 +10,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from engines.sim.swap_cost import swap_costs
-from engines.specs.presets import load_hardware, load_model
-from results.report.backend_sections import step_missing, typed_command
-from results.report.bounds import bound_note, capacity_part, ratio_cell
-from results.report.criteria import criteria
-from results.report.markdown import num, table
-from results.report.paper import reference, sharing_before
-from results.report.read import load, load_aggregate
-from results.report.sharing_plots import plot_swap_block_size, plot_swap_cost
-from results.report.section import Section, experiment_not_run
-from results.report.setup import trace_setup
-from results.report.steps import step
-from results.report.template import render
-from results.sweeps.capacity import combined_bound
+from pagedbench.engines.sim.swap_cost import swap_costs
+from pagedbench.engines.specs.presets import load_hardware, load_model
+from pagedbench.results.report.backend_sections import step_missing, typed_command
+from pagedbench.results.report.bounds import bound_note, capacity_part, ratio_cell
+from pagedbench.results.report.criteria import criteria
+from pagedbench.results.report.markdown import num, table
+from pagedbench.results.report.paper import reference, sharing_before
+from pagedbench.results.report.read import load, load_aggregate
+from pagedbench.results.report.sharing_plots import plot_swap_block_size, plot_swap_cost
+from pagedbench.results.report.section import Section, experiment_not_run
+from pagedbench.results.report.setup import trace_setup
+from pagedbench.results.report.steps import step
+from pagedbench.results.report.template import render
+from pagedbench.results.sweeps.capacity import combined_bound
 
 # Figure 19a on the sim: the model, the GPU and the prompt whose swap and recompute costs it sets side by side.
 SIM_MODEL, SIM_HARDWARE, SIM_TOKENS = "opt-13b", "a100-40gb", 1024

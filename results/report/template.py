@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from paths import REPORT_SOURCES
-from results.report.markdown import num, pct, table
+from pagedbench.paths import REPORT_SOURCES
+from pagedbench.results.report.markdown import num, pct, table
 
 TEMPLATES = REPORT_SOURCES / "templates"
 

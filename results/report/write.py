@@ -1,9 +1,9 @@
 """The reproduction report: our figures beside the paper's, regenerated from run folders alone.
 
-    make report                                       # every step's runs, then docs/REPORT.md (results.report.build)
+    make report                                       # every step's runs, then docs/REPORT.md (pagedbench.results.report.build)
     python run.py -m experiment=memory_waste          # one experiment's runs by hand
-    python -m results.report                          # -> outputs/report/REPORT.md and its figures/
-    python -m results.report --out docs/REPORT.md     # the shipped report: only from a complete set of runs
+    python -m pagedbench.results.report                          # -> outputs/report/REPORT.md and its figures/
+    python -m pagedbench.results.report --out docs/REPORT.md     # the shipped report: only from a complete set of runs
 
 Reads the records that the build's steps (docs/report/steps.yaml) write under outputs/: experiments/NAME (one
 sweep per experiment, the real CPU runs in experiments/real_cpu), and the studies' folders (swap_bench, peers,
@@ -24,28 +24,28 @@ import shutil
 import sys
 import tempfile
 
-from engines.specs.presets import available, load_hardware
-from paths import EXPERIMENTS, OUTPUTS, REPORT
-from results.report.paper import reference
-from results.report.section import NotRun, Section, shown
-from results.report.steps import Step, load_steps, read_stamp
-from results.report.beams import section_beam_check
-from results.report.sensitivity import section_sensitivity
-from results.report.sharing import section_chat, section_prefix, section_real_sharing, section_sampling
-from results.report.swapping import section_swap
-from results.record.store import atomic_write
-from results.record import provenance
-from results.record.result_code import digests_at, scope_codes
-from results.report.current import RECORDS_HEADING, current_at, records_rows, split, stale_sections
-from results.sweeps.collect import code_versions, collect, mixed_code_note
-from results.report.paper_sections import (section_batch, section_blocks, section_capacity, section_memory,
+from pagedbench.engines.specs.presets import available, load_hardware
+from pagedbench.paths import EXPERIMENTS, OUTPUTS, REPORT
+from pagedbench.results.report.paper import reference
+from pagedbench.results.report.section import NotRun, Section, shown
+from pagedbench.results.report.steps import Step, load_steps, read_stamp
+from pagedbench.results.report.beams import section_beam_check
+from pagedbench.results.report.sensitivity import section_sensitivity
+from pagedbench.results.report.sharing import section_chat, section_prefix, section_real_sharing, section_sampling
+from pagedbench.results.report.swapping import section_swap
+from pagedbench.results.record.store import atomic_write
+from pagedbench.results.record import provenance
+from pagedbench.results.record.result_code import digests_at, scope_codes
+from pagedbench.results.report.current import RECORDS_HEADING, current_at, records_rows, split, stale_sections
+from pagedbench.results.sweeps.collect import code_versions, collect, mixed_code_note
+from pagedbench.results.report.paper_sections import (section_batch, section_blocks, section_capacity, section_memory,
                                            section_method, section_table1)
-from results.report.read import load, load_capacity
-from results.report.reads import Reads, declared, steps_of
-from results.report.template import render
-from results.report.backend_sections import section_real, section_validation
-from results.report.peers import section_peers
-from results.report.kernels import kernels
+from pagedbench.results.report.read import load, load_capacity
+from pagedbench.results.report.reads import Reads, declared, steps_of
+from pagedbench.results.report.template import render
+from pagedbench.results.report.backend_sections import section_real, section_validation
+from pagedbench.results.report.peers import section_peers
+from pagedbench.results.report.kernels import kernels
 
 
 OUT = OUTPUTS / "report" / "REPORT.md"   # where the report goes unless told: never over the shipped one
@@ -93,7 +93,7 @@ def step_records(root: Path, steps: list[Step] | None = None) -> list[dict]:
     """One entry per step of the build whose folder exists under the records' root `root`: its section, how many
     runs it holds (a sweep's finished runs; else None), the result codes and commits that made them (the
     stamp's, and a sweep's runs'), the scope they were made in, and whether they are current for this checkout
-    in the step's scope (`results.report.current.current_at`)."""
+    in the step's scope (`pagedbench.results.report.current.current_at`)."""
     here, entries = scope_codes(), []
     for step in steps if steps is not None else load_steps():
         folder = step.folder(root)
@@ -114,7 +114,7 @@ def step_records(root: Path, steps: list[Step] | None = None) -> list[dict]:
                         "current": bool(stamp and stamp.get("ok")) and current_at(
                             sorted(codes), sorted(c for c in commits if c), made_scope, step.code, here),
                         "scope": made_scope,
-                        "command": f"python -m results.report.build --steps {step.name}"})
+                        "command": f"python -m pagedbench.results.report.build --steps {step.name}"})
     return entries
 
 
@@ -155,7 +155,7 @@ def sections_of(text: str) -> dict[str, str]:
 class Earlier:
     """An earlier report (its text, and the folder its figures/ are in) and what of it is still current for this
     checkout (result codes `codes`, scope -> code): the steps of its records table that are not stale
-    (`results.report.current.stale_sections`, which reads the commits that made them from git's history)."""
+    (`pagedbench.results.report.current.stale_sections`, which reads the commits that made them from git's history)."""
 
     def __init__(self, text: str, folder: Path, codes: dict[str, str] | None = None,
                  steps: list[Step] | None = None, at=None) -> None:
@@ -194,7 +194,7 @@ class Earlier:
         step, section, runs, made, commits, _this, *rest = self.rows[name]
         return {"step": step, "section": section, "runs": None if runs == "-" else int(runs), "codes": split(made),
                 "commits": split(commits), "stamped": True, "current": True, "scope": rest[0] if rest else "all",
-                "command": f"python -m results.report.build --steps {step}"}
+                "command": f"python -m pagedbench.results.report.build --steps {step}"}
 
     def copy_figures(self, text: str, figures: Path) -> None:
         """The figures `text` (a kept section) shows, from the earlier report's figures/ into `figures`."""
@@ -208,7 +208,7 @@ def compose(experiments: Path, real_cpu: Path, figures: Path, replay_dir: Path |
             swap_bench: Path = OUTPUTS / "swap_bench", peers: Path = OUTPUTS / "peers",
             earlier: Earlier | None = None) -> Report:
     """Every section that has runs (its figures drawn into `figures`), then the list of those that have none;
-    what each section read, by step (`Report.reads`, measured as it is made: `results.report.reads`). With
+    what each section read, by step (`Report.reads`, measured as it is made: `pagedbench.results.report.reads`). With
     `earlier`, a section that lacks records here is taken from that report when it can be (`Earlier.keeps`),
     its figures copied into `figures`."""
     replay_dir = replay_dir if replay_dir is not None else experiments.parent / "replay"
@@ -335,19 +335,19 @@ def build_report(experiments: Path, real_cpu: Path, out: Path, replay_dir: Path 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.report", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.results.report", description=__doc__.splitlines()[0])
     parser.add_argument("--experiments", type=Path, default=EXPERIMENTS)
     parser.add_argument("--real-cpu", type=Path, default=EXPERIMENTS / "real_cpu",
                         help="the real-backend CPU runs (their summary.json)")
     parser.add_argument("--swap-bench", type=Path, default=OUTPUTS / "swap_bench",
-                        help="a folder of python -m studies.swap_bench (its swap_bench.csv)")
+                        help="a folder of python -m pagedbench.studies.swap_bench (its swap_bench.csv)")
     parser.add_argument("--peers", type=Path, default=OUTPUTS / "peers",
-                        help="a folder of python -m studies.peers (its peers.json)")
+                        help="a folder of python -m pagedbench.studies.peers (its peers.json)")
     parser.add_argument("--out", type=Path, default=OUT,
                         help=f"the report's file; figures go to figures/ beside it (default {shown(OUT)}; "
                              f"{shown(REPORT)}, the shipped report, only from a complete set of runs)")
     parser.add_argument("--replay", type=Path, default=OUTPUTS / "replay",
-                        help="a folder of python -m studies.replay (its replay.csv)")
+                        help="a folder of python -m pagedbench.studies.replay (its replay.csv)")
     parser.add_argument("--force", action="store_true",
                         help=f"write {shown(REPORT)} even though some parts have no runs (they drop out of it)")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """Capacity: the highest request rate an engine serves within a criterion, found by search.
 
-    python -m results.sweeps.capacity SWEEP_DIR
+    python -m pagedbench.results.sweeps.capacity SWEEP_DIR
 
 A capacity search (the `capacity` Hydra sweeper, `python run.py -m
 experiment=capacity`) runs, for every curve of its grid (engine, workload,
@@ -47,10 +47,10 @@ import sys
 
 import pandas as pd
 
-from results.record.store import atomic_write, write_parquet
-from results.sweeps.collect import ENGINE_ORDER, engine_rank
-from results.sweeps.rate_search import RateSearch  # noqa: F401  (the search, imported from here too)
-from results.sweeps.sustainable import ratio_bound
+from pagedbench.results.record.store import atomic_write, write_parquet
+from pagedbench.results.sweeps.collect import ENGINE_ORDER, engine_rank
+from pagedbench.results.sweeps.rate_search import RateSearch  # noqa: F401  (the search, imported from here too)
+from pagedbench.results.sweeps.sustainable import ratio_bound
 
 CAPACITY_CSV = "capacity.csv"
 RATIOS_CSV = "capacity_ratios.csv"
@@ -279,7 +279,7 @@ def read_capacity(sweep_dir: Path) -> pd.DataFrame:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.sweeps.capacity", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.results.sweeps.capacity", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
     args = parser.parse_args(argv)
     try:

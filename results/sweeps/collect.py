@@ -26,7 +26,7 @@ import shlex
 import pandas as pd
 import yaml
 
-from results.record.store import ERROR, REFUSED, SUMMARY
+from pagedbench.results.record.store import ERROR, REFUSED, SUMMARY
 
 ENGINE_ORDER = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
 OVERRIDES = Path(".hydra") / "overrides.yaml"

@@ -1,6 +1,6 @@
 """The request rate each engine sustains, and how many times paged's that is.
 
-    python -m results.sweeps.sustainable SWEEP_DIR [--threshold S]
+    python -m pagedbench.results.sweeps.sustainable SWEEP_DIR [--threshold S]
 
 The paper compares systems by "the request rate each system sustains before
 normalized latency blows up" (Figure 12). Here that is made a number:
@@ -39,7 +39,7 @@ import sys
 
 import pandas as pd
 
-from results.sweeps.collect import ENGINE_ORDER, check_sweep_dir, collect, engine_rank
+from pagedbench.results.sweeps.collect import ENGINE_ORDER, check_sweep_dir, collect, engine_rank
 
 DEFAULT_THRESHOLD = 1.0   # s/token: the top of the paper's Figure 12 y-axis
 BY = ("workload", "model", "engine", "block_size")
@@ -169,7 +169,7 @@ def format_ratios(table: pd.DataFrame) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m results.sweeps.sustainable", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m pagedbench.results.sweeps.sustainable", description=__doc__.splitlines()[0])
     parser.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help=f"mean normalized latency (s/token) still sustained (default {DEFAULT_THRESHOLD})")

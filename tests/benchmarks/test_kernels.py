@@ -26,8 +26,8 @@ import json
 import pytest
 import torch
 
-from kernels.ops import load_ops
-from studies.kernel_bench import (BATCHES, BLOCK_SIZES, CONTEXT_LENS, CPU_NOTE, CUDA, DEVICE, SHAPE, bandwidth,
+from pagedbench.kernels.ops import load_ops
+from pagedbench.studies.kernel_bench import (BATCHES, BLOCK_SIZES, CONTEXT_LENS, CPU_NOTE, CUDA, DEVICE, SHAPE, bandwidth,
                                   contiguous_inputs, copies, decode_calls, device_name, kv_bytes_read, main,
                                   paged_inputs, peak_gbps, time_us)
 from tests.kernels.kv_cases import TOLERANCE

@@ -14,7 +14,7 @@ from hydra import compose, initialize_config_dir
 import pytest
 
 from tests.test_run import ROOT
-import run as entry
+from pagedbench import run as entry
 
 NUM_REQUESTS = 24
 ROUNDS, WARMUP_ROUNDS = 3, 1   # about 4 s a run

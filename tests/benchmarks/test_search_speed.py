@@ -15,7 +15,7 @@ import sys
 import pandas as pd
 import pytest
 
-from paths import ROOT
+from pagedbench.paths import ROOT
 
 ROUNDS = 2
 GRID = ["hydra/sweeper=capacity", "hydra/launcher=basic", "backend=sim", "engine=paged,orca_max", "workload=sharegpt",

@@ -16,15 +16,16 @@ import sys
 
 import pytest
 
-from engines.config import PagedEngineConfig, SchedulerLimits, engine_config
-from engines.loop import run_engine
-from engines.sim.build import SimBackendConfig, build_sim
-from engines.specs.presets import load_hardware, load_model
+from pagedbench.engines.config import PagedEngineConfig, SchedulerLimits
+from pagedbench.engines.registry import engine_config
+from pagedbench.engines.loop import run_engine
+from pagedbench.engines.sim.build import SimBackendConfig, build_sim
+from pagedbench.engines.specs.presets import load_hardware, load_model
 from pagedbench.measure import measure
-from paths import ROOT
-from results.record.frames import iterations_frame, requests_frame
-from results.record.summary import summarize
-from workloads import WorkloadConfig, build_workload
+from pagedbench.paths import ROOT
+from pagedbench.results.record.frames import iterations_frame, requests_frame
+from pagedbench.results.record.summary import summarize
+from pagedbench.workloads import WorkloadConfig, build_workload
 
 ENGINES = [dict(name="static"), dict(name="orca", reservation="max"), dict(name="orca", reservation="pow2"),
            dict(name="orca", reservation="oracle"), dict(name="paged", block_size=16)]

@@ -5,13 +5,13 @@
 TOKENS token slots of the tiny model's K and V (every layer) move from the
 device cache to the host pool (swap out) or back (swap in), one copy per
 block, per layer, for K and for V, as the engine swaps them
-(`engines.real.swap`); on cuda the host pool is pinned and each timed call
+(`pagedbench.engines.real.swap`); on cuda the host pool is pinned and each timed call
 ends with a synchronise. Recomputation is the prefill of the same tokens
 through the real model; its cost does not depend on the block size. Each swap
 must leave the destination's blocks equal to the source's, and each prefill
 must emit one token.
 
-`python -m studies.swap_bench --out DIR` measures the same rows with its own
+`python -m pagedbench.studies.swap_bench --out DIR` measures the same rows with its own
 timer, at more token counts, and fits the sim's transfer model to them.
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from engines.real.build import RealBackendConfig, load_real_model
-from engines.real.model import resolve_device, resolve_dtype
-from engines.real.swap import allocate_host_blocks, swap_blocks
-from engines.specs.presets import load_model
-from studies.swap_bench import BLOCK_SIZES, recompute_setup
+from pagedbench.engines.real.build import RealBackendConfig, load_real_model
+from pagedbench.engines.real.model import resolve_device, resolve_dtype
+from pagedbench.engines.real.swap import allocate_host_blocks, swap_blocks
+from pagedbench.engines.specs.presets import load_model
+from pagedbench.studies.swap_bench import BLOCK_SIZES, recompute_setup
 
 MODEL, TOKENS = "tiny", 512
 ROUNDS, WARMUP_ROUNDS = 20, 2     # a swap: 1-20 ms on a cpu

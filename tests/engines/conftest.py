@@ -1,6 +1,6 @@
 import pytest
 
-from workloads.request import Request
+from pagedbench.workloads.request import Request
 
 
 class UnitExecutor:

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import pytest
 
-from engines.build import build_scheduler
-from engines.config import ContiguousEngineConfig, PagedEngineConfig, SchedulerLimits
-from engines.engine import Engine
-from engines.sequence import Status
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import ContiguousEngineConfig, PagedEngineConfig, SchedulerLimits
+from pagedbench.engines.engine import Engine
+from pagedbench.engines.sequence import Status
 from tests.engines.conftest import UnitExecutor
-from workloads.request import Request
+from pagedbench.workloads.request import Request
 
 LIMITS = SchedulerLimits(max_num_seqs=16, max_num_batched_tokens=256, max_seq_len=256)
 HOST_BLOCKS = 16

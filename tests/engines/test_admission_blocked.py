@@ -3,11 +3,11 @@ import math
 
 import pytest
 
-from engines.build import build_scheduler
-from engines.config import PagedEngineConfig, SchedulerLimits
-from engines.loop import run_engine
-from results.record.frames import iterations_frame, requests_frame
-from results.record.summary import summarize
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import PagedEngineConfig, SchedulerLimits
+from pagedbench.engines.loop import run_engine
+from pagedbench.results.record.frames import iterations_frame, requests_frame
+from pagedbench.results.record.summary import summarize
 from tests.engines.conftest import UnitExecutor, make_request
 from tests.engines.test_schedulers import serve
 

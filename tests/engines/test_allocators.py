@@ -2,9 +2,9 @@
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from engines.kv.arena import ContiguousArena
-from engines.kv.block_pool import BlockPool, blocks_for
-from engines.kv.buddy import BuddyAllocator, next_pow2
+from pagedbench.engines.kv.arena import ContiguousArena
+from pagedbench.engines.kv.block_pool import BlockPool, blocks_for
+from pagedbench.engines.kv.buddy import BuddyAllocator, next_pow2
 
 ops = st.lists(st.tuples(st.booleans(), st.integers(1, 300), st.integers(0, 50)), max_size=80)
 

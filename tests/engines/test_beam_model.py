@@ -2,8 +2,8 @@
 import numpy as np
 import pytest
 
-from engines.sim.beam_model import BeamModel
-from engines.sim.build import SimBackendConfig
+from pagedbench.engines.sim.beam_model import BeamModel
+from pagedbench.engines.sim.build import SimBackendConfig
 
 
 def steps(model, width, n=3000, request=0):

@@ -5,10 +5,10 @@ import dataclasses
 
 import pytest
 
-from engines.kv.budget import GiB, activation_reserve_bytes, kv_budget
-from engines.specs.hardware import HardwareSpec
-from engines.specs.model import ModelSpec
-from engines.specs.presets import available, load_hardware, load_model
+from pagedbench.engines.kv.budget import GiB, activation_reserve_bytes, kv_budget
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.engines.specs.presets import available, load_hardware, load_model
 
 # ---- model specs -------------------------------------------------------------
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from engines.kv.contiguous import ContiguousKV
-from engines.kv.reservation import Reservation
+from pagedbench.engines.kv.contiguous import ContiguousKV
+from pagedbench.engines.kv.reservation import Reservation
 from tests.engines.test_contiguous_fork import beam_group, drained, prefilled_group, region_starts
 from tests.engines.conftest import make_request
-from engines.sequence import Sequence
+from pagedbench.engines.sequence import Sequence
 
 
 def single(i: int, prompt_len: int, output_len: int) -> Sequence:

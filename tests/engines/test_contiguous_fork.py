@@ -15,10 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from engines.kv.contiguous import ContiguousKV
-from engines.kv.reservation import Reservation
-from engines.sequence import Sequence
-from workloads.request import Request
+from pagedbench.engines.kv.contiguous import ContiguousKV
+from pagedbench.engines.kv.reservation import Reservation
+from pagedbench.engines.sequence import Sequence
+from pagedbench.workloads.request import Request
 
 
 def beam_group(i: int, prompt_len: int, output_len: int, width: int) -> Sequence:

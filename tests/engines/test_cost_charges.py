@@ -23,18 +23,18 @@ import dataclasses
 
 import pytest
 
-from engines.batch import Batch
-from engines.build import build_scheduler
-from engines.config import PagedEngineConfig, SchedulerLimits
-from engines.loop import run_engine
-from engines.sim.beam_model import BeamModel
-from engines.sim.build import build_cost_model
-from engines.sim.cost_model import CostModel
-from engines.sim.executor import SimExecutor
-from engines.sim.linear_cost import LinearCostModel
-from engines.sim.transfer import TransferModel
-from engines.specs.presets import load_hardware, load_model
-from workloads.request import Request
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import PagedEngineConfig, SchedulerLimits
+from pagedbench.engines.loop import run_engine
+from pagedbench.engines.sim.beam_model import BeamModel
+from pagedbench.engines.sim.build import build_cost_model
+from pagedbench.engines.sim.cost_model import CostModel
+from pagedbench.engines.sim.executor import SimExecutor
+from pagedbench.engines.sim.linear_cost import LinearCostModel
+from pagedbench.engines.sim.transfer import TransferModel
+from pagedbench.engines.specs.presets import load_hardware, load_model
+from pagedbench.workloads.request import Request
 
 BLOCK = 16
 

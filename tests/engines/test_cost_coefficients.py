@@ -4,9 +4,9 @@ parallelism, one LLaMA with grouped-query attention over 2 devices. A slip in an
 written * tp, a missing K or V) changes one of them."""
 import pytest
 
-from engines.sim.cost_model import CostModel
-from engines.specs.hardware import HardwareSpec
-from engines.specs.model import ModelSpec
+from pagedbench.engines.sim.cost_model import CostModel
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.model import ModelSpec
 
 UNIT = HardwareSpec(name="unit", memory_bytes=1 << 40, peak_flops=1.0, memory_bandwidth=1.0, flops_efficiency=1.0,
                     bandwidth_efficiency=1.0, interconnect_bandwidth=1.0, iteration_overhead_s=0.5,

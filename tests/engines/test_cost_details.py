@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from engines.sim.cost_model import CostModel
+from pagedbench.engines.sim.cost_model import CostModel
 from tests.engines.test_cost_coefficients import OPT, UNIT
 from tests.engines.test_linear_cost import fitted_model
 

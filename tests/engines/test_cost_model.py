@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engines.sim.cost_model import CostModel
-from engines.specs.hardware import HardwareSpec
-from engines.specs.model import ModelSpec
-from engines.specs.presets import load_hardware, load_model
+from pagedbench.engines.sim.cost_model import CostModel
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.engines.specs.presets import load_hardware, load_model
 
 TOY_MODEL = ModelSpec(name="toy", arch="opt", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4,
                       ffn_size=256, vocab_size=1000, max_seq_len=128)
@@ -153,9 +153,9 @@ def test_more_work_is_never_cheaper(batch, which, extra, index, grow):
 
 
 def test_a_fitted_presets_scheduler_time_is_charged_between_iterations():
-    from engines.batch import Batch
-    from engines.sim.executor import SimExecutor
-    from engines.sim.linear_cost import LinearCostModel
+    from pagedbench.engines.batch import Batch
+    from pagedbench.engines.sim.executor import SimExecutor
+    from pagedbench.engines.sim.linear_cost import LinearCostModel
 
     hw = load_hardware("cpu-tiny")
     tiny = load_model("tiny")

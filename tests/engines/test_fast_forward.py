@@ -13,12 +13,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engines.config import SchedulerLimits, engine_config
-from engines.loop import run_engine
-from engines.sim.build import SimBackendConfig, build_sim
-from engines.specs.presets import load_hardware, load_model
-from results.record.frames import iterations_frame, requests_frame
-from workloads.request import Request
+from pagedbench.engines.config import SchedulerLimits
+from pagedbench.engines.registry import engine_config
+from pagedbench.engines.loop import run_engine
+from pagedbench.engines.sim.build import SimBackendConfig, build_sim
+from pagedbench.engines.specs.presets import load_hardware, load_model
+from pagedbench.results.record.frames import iterations_frame, requests_frame
+from pagedbench.workloads.request import Request
 
 ENGINES = [{"name": "static"}, {"name": "orca", "reservation": "max"}, {"name": "orca", "reservation": "pow2"},
            {"name": "orca", "reservation": "oracle", "allocator": "first_fit"}, {"name": "paged", "block_size": 1},
@@ -107,9 +108,9 @@ def test_backend_fast_forward_must_be_a_bool():
 
 @pytest.mark.parametrize("engine", [{"name": "orca", "reservation": "pow2"}, {"name": "paged", "block_size": 8}])
 def test_the_fast_path_runs_every_quiet_step_but_the_first_of_each_stretch_without_a_batch(engine):
-    """studies.quiet_steps counts what the fast path can skip; on one-row requests with no swapping it skips
+    """pagedbench.studies.quiet_steps counts what the fast path can skip; on one-row requests with no swapping it skips
     exactly that: every quiet step but the one that opens each stretch."""
-    from studies.quiet_steps import quiet_mask, stretches
+    from pagedbench.studies.quiet_steps import quiet_mask, stretches
 
     rng = random.Random(7)
     requests = [r for r in random_trace(rng, 1, False) if r.prefix_id is None] or [Request(0, 0.0, (1, 2), 50)]
@@ -121,17 +122,17 @@ def test_the_fast_path_runs_every_quiet_step_but_the_first_of_each_stretch_witho
 
 
 def test_quiet_stretches_are_the_runs_of_quiet_steps():
-    from studies.quiet_steps import stretches
+    from pagedbench.studies.quiet_steps import stretches
 
     assert stretches(np.array([True, True, False, True, False, False, True])).tolist() == [2, 1, 1]
     assert stretches(np.array([False, False])).tolist() == []
 
 
 def test_each_manager_says_when_a_single_row_group_takes_its_next_block():
-    from engines.kv.contiguous import ContiguousKV
-    from engines.kv.paged import PagedKV
-    from engines.kv.reservation import Reservation
-    from engines.sequence import Sequence
+    from pagedbench.engines.kv.contiguous import ContiguousKV
+    from pagedbench.engines.kv.paged import PagedKV
+    from pagedbench.engines.kv.reservation import Reservation
+    from pagedbench.engines.sequence import Sequence
 
     seq = Sequence(Request(0, 0.0, tuple(range(10)), 30))
     paged = PagedKV(64, 4, watermark=0.0)
@@ -148,16 +149,16 @@ def test_each_manager_says_when_a_single_row_group_takes_its_next_block():
 
 
 def test_a_finished_request_ends_the_quiet_stretch_in_the_scheduler():
-    from engines.build import build_scheduler
-    from engines.config import PagedEngineConfig
-    from engines.sequence import Sequence
+    from pagedbench.engines.build import build_scheduler
+    from pagedbench.engines.config import PagedEngineConfig
+    from pagedbench.engines.sequence import Sequence
     from tests.engines.conftest import UnitExecutor
 
     scheduler = build_scheduler(PagedEngineConfig(), SchedulerLimits(max_seq_len=64), 640)
     seqs = [Sequence(Request(i, 0.0, tuple(range(4)), 3 + i)) for i in range(2)]
     for s in seqs:
         scheduler.add(s, 0.0)
-    from engines.engine import Engine
+    from pagedbench.engines.engine import Engine
     engine = Engine(scheduler, UnitExecutor())
     assert engine.step(0.0).batch.prefill and scheduler.quiet() is None
     out = engine.step(1.0)
@@ -167,8 +168,8 @@ def test_a_finished_request_ends_the_quiet_stretch_in_the_scheduler():
 
 
 def _cost_models():
-    from engines.sim.build import build_cost_model
-    from engines.specs.hardware import HardwareSpec
+    from pagedbench.engines.sim.build import build_cost_model
+    from pagedbench.engines.specs.hardware import HardwareSpec
 
     # A device of little compute and much bandwidth: decode attention compute-bound, to time both branches.
     slow_compute = HardwareSpec(name="slow-compute", memory_bytes=2**36, peak_flops=1e9, memory_bandwidth=1e14,
@@ -185,7 +186,7 @@ COST_MODELS = _cost_models()
 
 @pytest.mark.parametrize("index", range(len(COST_MODELS)))
 def test_decode_time_is_iteration_time_of_the_decode_batch_to_the_bit(index):
-    from engines.sim.cost_model import blocks_read
+    from pagedbench.engines.sim.cost_model import blocks_read
 
     cost, rng = COST_MODELS[index], random.Random(index)
     for _ in range(50):
@@ -197,7 +198,7 @@ def test_decode_time_is_iteration_time_of_the_decode_batch_to_the_bit(index):
 
 
 def test_both_kinds_of_cost_model_are_checked():
-    from engines.sim.linear_cost import LinearCostModel
+    from pagedbench.engines.sim.linear_cost import LinearCostModel
 
     kinds = {type(c).__name__ for c in COST_MODELS}
     assert kinds == {"CostModel", LinearCostModel.__name__}

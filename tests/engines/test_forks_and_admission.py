@@ -4,16 +4,16 @@ from collections import deque
 
 import pytest
 
-from engines.batch import Batch
-from engines.config import PagedEngineConfig, SchedulerLimits
-from engines.kv.arena import ContiguousArena
-from engines.kv.block_pool import BlockPool
-from engines.kv.contiguous import ContiguousKV
-from engines.kv.reservation import Reservation
-from engines.scheduling.admission import queue_or_reject, rejection_reason
-from engines.scheduling.forks import apply_forks
-from engines.sequence import Sequence, Status
-from workloads.request import Request
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.config import PagedEngineConfig, SchedulerLimits
+from pagedbench.engines.kv.arena import ContiguousArena
+from pagedbench.engines.kv.block_pool import BlockPool
+from pagedbench.engines.kv.contiguous import ContiguousKV
+from pagedbench.engines.kv.reservation import Reservation
+from pagedbench.engines.scheduling.admission import queue_or_reject, rejection_reason
+from pagedbench.engines.scheduling.forks import apply_forks
+from pagedbench.engines.sequence import Sequence, Status
+from pagedbench.workloads.request import Request
 
 
 def group(i, prompt_len, output_len, n):
@@ -83,7 +83,7 @@ def test_an_arena_is_buddy_by_default_and_nothing_waiting_finds_no_hole_too_smal
 
 
 def static_scheduler(capacity=4096):
-    from engines.scheduling.static import StaticScheduler
+    from pagedbench.engines.scheduling.static import StaticScheduler
 
     limits = SchedulerLimits(max_num_seqs=4, max_num_batched_tokens=64, max_seq_len=64)
     return StaticScheduler(ContiguousKV(capacity, Reservation.MAX, max_seq_len=64), limits)
@@ -109,9 +109,9 @@ def test_static_rejects_on_arrival_at_that_time():
 
 
 def serve_paged(requests, capacity, host_blocks=512, **engine):
-    from engines.build import build_scheduler
-    from engines.run_record import ITERATION_COLUMNS
-    from engines.loop import run_engine
+    from pagedbench.engines.build import build_scheduler
+    from pagedbench.engines.run_record import ITERATION_COLUMNS
+    from pagedbench.engines.loop import run_engine
     from tests.engines.conftest import UnitExecutor
 
     limits = SchedulerLimits(max_num_seqs=64, max_num_batched_tokens=256, max_seq_len=64)

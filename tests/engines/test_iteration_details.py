@@ -1,11 +1,11 @@
 """The iteration scheduler's decisions step by step, on a paged pool of blocks of 4 slots small enough to count
 by hand: what each batch holds, which group is preempted or swapped and when it comes back, what the batch
 says about it (counts, contexts, cached prefix tokens, why admission stopped)."""
-from engines.config import SchedulerLimits
-from engines.kv.paged import PagedKV
-from engines.scheduling.iteration import IterationScheduler
-from engines.sequence import Sequence, Status, record_tokens
-from workloads.request import Request
+from pagedbench.engines.config import SchedulerLimits
+from pagedbench.engines.kv.paged import PagedKV
+from pagedbench.engines.scheduling.iteration import IterationScheduler
+from pagedbench.engines.sequence import Sequence, Status, record_tokens
+from pagedbench.workloads.request import Request
 
 BS = 4   # slots per block
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from engines.kv.buddy import next_pow2
-from engines.kv.memory_split import Holding, MemorySplit, split_memory
+from pagedbench.engines.kv.buddy import next_pow2
+from pagedbench.engines.kv.memory_split import Holding, MemorySplit, split_memory
 
 
 @pytest.mark.parametrize("n, expected", [(-3, 1), (0, 1), (1, 1), (2, 2), (3, 4), (4, 4), (5, 8), (17, 32)])

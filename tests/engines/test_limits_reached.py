@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import pytest
 
-from engines.build import build_scheduler
-from engines.config import PagedEngineConfig, SchedulerLimits, engine_config
-from engines.kv.paged import PagedKV
-from engines.loop import run_engine
-from engines.sequence import Sequence
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import PagedEngineConfig, SchedulerLimits
+from pagedbench.engines.registry import engine_config
+from pagedbench.engines.kv.paged import PagedKV
+from pagedbench.engines.loop import run_engine
+from pagedbench.engines.sequence import Sequence
 from tests.engines.conftest import UnitExecutor, make_request
 from tests.engines.test_schedulers import random_trace
-from workloads.request import Request
+from pagedbench.workloads.request import Request
 
 ENGINES = [dict(name="static"), dict(name="orca", reservation="max"), dict(name="orca", reservation="pow2"),
            dict(name="orca", reservation="oracle", allocator="first_fit"),
@@ -108,7 +109,7 @@ def test_a_swapped_group_comes_back_only_within_max_num_seqs():
 def test_swapped_groups_come_back_up_to_exactly_max_num_seqs_rows(max_num_seqs, back):
     """Three groups of 2 rows run; two are preempted to the host pool (the scheduler's own preemption), one
     keeps running. The next step brings swapped groups back, oldest first, while their rows fit the cap."""
-    from engines.scheduling.iteration import IterationScheduler
+    from pagedbench.engines.scheduling.iteration import IterationScheduler
 
     kv = PagedKV(64 * 4, block_size=4, watermark=0.0, num_cpu_blocks=64)
     sched = IterationScheduler(kv, SchedulerLimits(max_seq_len=64, max_num_seqs=6), "swap")

@@ -7,8 +7,8 @@ import dataclasses
 
 import pytest
 
-from engines.sim.linear_cost import LinearCostModel
-from engines.specs.presets import load_hardware, load_model
+from pagedbench.engines.sim.linear_cost import LinearCostModel
+from pagedbench.engines.specs.presets import load_hardware, load_model
 
 FITTED = {"overhead_s": 1e-1, "per_row_s": 1e-2, "per_token_s": 1e-3, "prefill_pair_s": 1e-5,
           "contiguous_ctx_s": 1e-6, "paged_ctx_s": 1e-7, "paged_block_s": 1e-8, "prefill_iteration_s": 1e-4}

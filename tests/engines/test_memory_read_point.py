@@ -8,13 +8,14 @@ import random
 
 import pytest
 
-from engines.build import build_scheduler
-from engines.config import SchedulerLimits, engine_config
-from engines.loop import run_engine
-from results.record.frames import iterations_frame, requests_frame
-from results.record.summary import summarize
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import SchedulerLimits
+from pagedbench.engines.registry import engine_config
+from pagedbench.engines.loop import run_engine
+from pagedbench.results.record.frames import iterations_frame, requests_frame
+from pagedbench.results.record.summary import summarize
 from tests.engines.conftest import UnitExecutor
-from workloads.request import Request
+from pagedbench.workloads.request import Request
 
 
 class ForkingExecutor(UnitExecutor):

@@ -1,13 +1,13 @@
 """Hand-built layouts where each KV category has a known value, for each engine's manager."""
 import pytest
 
-from engines.kv.contiguous import ContiguousKV
-from engines.kv.paged import PagedKV
-from engines.kv.memory_split import Holding, MemorySplit, split_memory
-from engines.kv.reservation import Reservation
-from engines.sequence import Sequence
+from pagedbench.engines.kv.contiguous import ContiguousKV
+from pagedbench.engines.kv.paged import PagedKV
+from pagedbench.engines.kv.memory_split import Holding, MemorySplit, split_memory
+from pagedbench.engines.kv.reservation import Reservation
+from pagedbench.engines.sequence import Sequence
 from tests.engines.conftest import make_request
-from engines.config import engine_config
+from pagedbench.engines.registry import engine_config
 
 
 def seq(i, prompt, output, generated):
@@ -123,9 +123,9 @@ def _holdings(kv, held):
 @pytest.mark.parametrize("seed", range(4))
 def test_managers_running_sums_equal_the_split_of_every_holding(engine, seed):
     """The managers keep sums up to date as they allocate; they must equal the sum over holdings."""
-    from engines.build import build_scheduler
-    from engines.config import SchedulerLimits
-    from engines.loop import run_engine
+    from pagedbench.engines.build import build_scheduler
+    from pagedbench.engines.config import SchedulerLimits
+    from pagedbench.engines.loop import run_engine
     from tests.engines.conftest import UnitExecutor
     from tests.engines.test_schedulers import random_trace
 

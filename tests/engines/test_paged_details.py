@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from engines.kv.paged import PagedKV
+from pagedbench.engines.kv.paged import PagedKV
 from tests.engines.test_sharing import admit_and_prefill, check_invariants, drained, group
 
 

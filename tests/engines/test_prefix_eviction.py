@@ -12,11 +12,11 @@ import random
 
 import pytest
 
-from engines.kv.paged import PagedKV
+from pagedbench.engines.kv.paged import PagedKV
 from tests.engines.test_sharing import (Driver, admit_and_prefill, check_grown, check_invariants, drained,
                                         group, sim_setting)  # noqa: F401 (sim_setting: a fixture)
-from workloads.request import Request
-from engines.config import PagedEngineConfig
+from pagedbench.workloads.request import Request
+from pagedbench.engines.config import PagedEngineConfig
 
 BS = 4
 

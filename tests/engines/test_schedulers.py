@@ -4,11 +4,12 @@ import random
 from hypothesis import given, settings, strategies as st
 import pytest
 
-from engines.build import build_scheduler
-from engines.config import ContiguousEngineConfig, SchedulerLimits, engine_config
-from engines.run_record import ITERATION_COLUMNS
-from engines.loop import run_engine
-from engines.sequence import Status
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import ContiguousEngineConfig, SchedulerLimits
+from pagedbench.engines.registry import engine_config
+from pagedbench.engines.run_record import ITERATION_COLUMNS
+from pagedbench.engines.loop import run_engine
+from pagedbench.engines.sequence import Status
 from tests.engines.conftest import UnitExecutor, make_request
 
 VARIANTS = [dict(name="static"), dict(name="orca", reservation="max"), dict(name="orca", reservation="pow2"),
@@ -152,7 +153,7 @@ def test_static_decode_rows_attend_over_true_lengths_within_their_regions():
 
 
 def test_record_tokens_sets_first_token_and_finish_times():
-    from engines.sequence import Sequence, record_tokens
+    from pagedbench.engines.sequence import Sequence, record_tokens
     seqs = [Sequence(make_request(i, 3, 1 + i)) for i in range(3)]   # 1, 2 and 3 output tokens
     finished = [[s.id for s in record_tokens([s for s in seqs if not s.done], now)] for now in (1.0, 2.0, 3.0)]
     assert finished == [[0], [1], [2]]

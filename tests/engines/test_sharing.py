@@ -16,14 +16,14 @@ import random
 
 import pytest
 
-from engines.batch import Batch
-from engines.kv.block_pool import blocks_for
-from engines.kv.contiguous import ContiguousKV
-from engines.kv.paged import PagedKV
-from engines.kv.reservation import Reservation
-from engines.sequence import Sequence
-from workloads.request import Request
-from engines.config import ContiguousEngineConfig, PagedEngineConfig
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.kv.block_pool import blocks_for
+from pagedbench.engines.kv.contiguous import ContiguousKV
+from pagedbench.engines.kv.paged import PagedKV
+from pagedbench.engines.kv.reservation import Reservation
+from pagedbench.engines.sequence import Sequence
+from pagedbench.workloads.request import Request
+from pagedbench.engines.config import ContiguousEngineConfig, PagedEngineConfig
 
 
 def group(i, prompt_len, output_len, width=1, beam=False, prefix_id=None, prefix_len=0):
@@ -551,20 +551,20 @@ def test_contiguous_rejects_a_group_whose_regions_cannot_fit_an_empty_arena():
 
 @pytest.fixture(scope="module")
 def sim_setting():
-    from engines.specs.presets import load_hardware, load_model
+    from pagedbench.engines.specs.presets import load_hardware, load_model
     return load_model("opt-13b"), load_hardware("a100-40gb")
 
 
 def sim_run(setting, engine, requests, capacity_slots):
-    from engines.build import build_scheduler
-    from engines.config import SchedulerLimits
-    from engines.loop import run_engine
-    from engines.sim.beam_model import BeamModel
-    from engines.sim.build import build_cost_model
-    from engines.sim.executor import SimExecutor
-    from engines.sim.transfer import TransferModel
-    from results.record.frames import iterations_frame, requests_frame
-    from results.record.summary import summarize
+    from pagedbench.engines.build import build_scheduler
+    from pagedbench.engines.config import SchedulerLimits
+    from pagedbench.engines.loop import run_engine
+    from pagedbench.engines.sim.beam_model import BeamModel
+    from pagedbench.engines.sim.build import build_cost_model
+    from pagedbench.engines.sim.executor import SimExecutor
+    from pagedbench.engines.sim.transfer import TransferModel
+    from pagedbench.results.record.frames import iterations_frame, requests_frame
+    from pagedbench.results.record.summary import summarize
 
     model, hardware = setting
     width = max(r.width for r in requests)
@@ -616,7 +616,7 @@ def test_sim_batches_copy_into_held_blocks_and_never_swap_a_group_straight_back_
     """Every batch the scheduler hands the executor: copy-on-write destinations are fresh blocks the decoding
     rows write (ref 1), and no block is swapped in and swapped straight back out by the same iteration (a
     group brought back only to be preempted again pays two transfers and a preemption for nothing)."""
-    from engines.sim import executor as sim_executor
+    from pagedbench.engines.sim import executor as sim_executor
 
     problems = []
 
@@ -635,12 +635,12 @@ def test_sim_batches_copy_into_held_blocks_and_never_swap_a_group_straight_back_
                                 f"({batch.swapped_in} groups in, {batch.swapped_out} out)")
             return super().execute(batch)
 
-    from engines.build import build_scheduler
-    from engines.config import SchedulerLimits
-    from engines.loop import run_engine
-    from engines.sim.beam_model import BeamModel
-    from engines.sim.build import build_cost_model
-    from engines.sim.transfer import TransferModel
+    from pagedbench.engines.build import build_scheduler
+    from pagedbench.engines.config import SchedulerLimits
+    from pagedbench.engines.loop import run_engine
+    from pagedbench.engines.sim.beam_model import BeamModel
+    from pagedbench.engines.sim.build import build_cost_model
+    from pagedbench.engines.sim.transfer import TransferModel
 
     model, hardware = sim_setting
     engine = PagedEngineConfig(swap_space=64)
@@ -675,8 +675,8 @@ def test_recompute_preemption_refuses_groups():
 
 
 def test_swapped_groups_come_back_before_any_new_request_is_admitted():
-    from engines.config import SchedulerLimits
-    from engines.scheduling.iteration import IterationScheduler
+    from pagedbench.engines.config import SchedulerLimits
+    from pagedbench.engines.scheduling.iteration import IterationScheduler
 
     kv = PagedKV(16 * 4, block_size=4, watermark=0.0, num_cpu_blocks=64)
     # auto: the late single requests are recomputed, the groups of two swapped.

@@ -2,8 +2,8 @@
 transfer model times them (overlapped or serial, as the hardware preset says)."""
 import pytest
 
-from engines.batch import Batch
-from engines.sim.executor import SimExecutor
+from pagedbench.engines.batch import Batch
+from pagedbench.engines.sim.executor import SimExecutor
 from tests.engines.test_transfer_cost import round_transfers
 
 

@@ -29,17 +29,18 @@ import random
 
 import pytest
 
-from engines.build import build_scheduler
-from engines.config import EngineConfig, SchedulerLimits, engine_config
-from engines.kv.contiguous import ContiguousKV
-from engines.kv.memory_split import CATEGORIES
-from engines.kv.paged import PagedKV
-from engines.loop import run_engine
-from engines.sequence import Sequence
-from engines.sim.beam_model import BeamModel
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import EngineConfig, SchedulerLimits
+from pagedbench.engines.registry import engine_config
+from pagedbench.engines.kv.contiguous import ContiguousKV
+from pagedbench.engines.kv.memory_split import CATEGORIES
+from pagedbench.engines.kv.paged import PagedKV
+from pagedbench.engines.loop import run_engine
+from pagedbench.engines.sequence import Sequence
+from pagedbench.engines.sim.beam_model import BeamModel
 from tests.engines.conftest import UnitExecutor
 from tests.engines.test_sharing import Driver
-from workloads.request import Request
+from pagedbench.workloads.request import Request
 
 MAX_SEQ_LEN = 64
 

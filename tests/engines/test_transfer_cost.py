@@ -4,11 +4,11 @@ import dataclasses
 
 import pytest
 
-from engines.sim.build import build_cost_model
-from engines.sim.cost_model import CostModel
-from engines.sim.transfer import TransferModel
-from engines.specs.hardware import HardwareSpec
-from engines.specs.presets import load_hardware, load_model
+from pagedbench.engines.sim.build import build_cost_model
+from pagedbench.engines.sim.cost_model import CostModel
+from pagedbench.engines.sim.transfer import TransferModel
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.presets import load_hardware, load_model
 
 
 def test_copy_time_is_read_and_write_of_the_kv_bytes_at_the_device_bandwidth():

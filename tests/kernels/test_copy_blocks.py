@@ -2,13 +2,13 @@
 import pytest
 import torch
 
-from kernels import reference
+from pagedbench.kernels import reference
 
 
 @pytest.mark.parametrize("shape", [(10, 16, 4, 80), (10, 1, 2, 64), (6, 256, 2, 128)], ids=["b16", "b1", "b256"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
 def test_copy_blocks_matches_reference(device, shape, dtype):
-    from kernels.triton_copy_blocks import copy_blocks
+    from pagedbench.kernels.triton_copy_blocks import copy_blocks
     k_cache = torch.randn(shape).to(dtype=dtype, device=device)
     v_cache = torch.randn(shape).to(dtype=dtype, device=device)
     src = torch.tensor([0, 3, 2], device=device)
@@ -21,7 +21,7 @@ def test_copy_blocks_matches_reference(device, shape, dtype):
 
 
 def test_copy_blocks_with_no_pairs_is_a_no_op(device):
-    from kernels.triton_copy_blocks import copy_blocks
+    from pagedbench.kernels.triton_copy_blocks import copy_blocks
     k_cache = torch.randn(4, 8, 2, 64, device=device)
     before = k_cache.clone()
     empty = torch.empty(0, dtype=torch.int64, device=device)

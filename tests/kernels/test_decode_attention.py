@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from kernels import reference
+from pagedbench.kernels import reference
 from tests.kernels.kv_cases import TOLERANCE, arena_cache, case_id, covering, decode_inputs, paged_cache
 
 HEADS = [(4, 4), (4, 2), (4, 1)]   # (num_heads, num_kv_heads): MHA, GQA, MQA
@@ -16,7 +16,7 @@ CONTIGUOUS_CASES = covering(3, heads=HEADS, head_dim=[64, 80, 128], longest=[1, 
 
 @pytest.fixture(scope="module")
 def triton_decode():
-    from kernels import triton_decode_attention
+    from pagedbench.kernels import triton_decode_attention
     return triton_decode_attention
 
 

@@ -4,7 +4,7 @@ batches, slots past 2^31 elements (int64 offsets), and prefix prefill over long 
 import pytest
 import torch
 
-from kernels import reference
+from pagedbench.kernels import reference
 from tests.kernels.kv_cases import TOLERANCE, arena_cache, case_id, covering, decode_inputs, paged_cache
 from tests.kernels.test_prefix_prefill import prefix_inputs
 
@@ -25,8 +25,8 @@ PREFIX_CASES = covering(2, block_size=[1, 16, 32, 256], heads=[(8, 8), (32, 8), 
 
 @pytest.fixture(scope="module")
 def triton_decode():
-    from kernels import triton_decode_attention
-    from kernels.triton_launch import is_interpreted
+    from pagedbench.kernels import triton_decode_attention
+    from pagedbench.kernels.triton_launch import is_interpreted
     assert not is_interpreted(triton_decode_attention._decode_kernel), "TRITON_INTERPRET is set on a GPU machine"
     return triton_decode_attention
 
@@ -48,7 +48,7 @@ def test_native_decode_matches_reference(triton_decode, case):
 
 def test_native_write_and_decode_past_2_pow_31_elements(triton_decode):
     """A 4.3 GB fp16 cache: the last slots sit past element 2^31, so 32-bit offsets would wrap."""
-    from kernels.triton_write_kv import write_kv
+    from pagedbench.kernels.triton_write_kv import write_kv
     num_kv_heads, head_dim, block_size = 8, 128, 16
     num_blocks = 2**31 // (block_size * num_kv_heads * head_dim) + 4
     needed = 2 * num_blocks * block_size * num_kv_heads * head_dim * 2
@@ -72,8 +72,8 @@ def test_native_write_and_decode_past_2_pow_31_elements(triton_decode):
 
 @pytest.mark.parametrize("case", PREFIX_CASES, ids=case_id)
 def test_native_prefix_prefill_matches_reference(case):
-    from kernels import triton_prefix_prefill
-    from kernels.triton_launch import is_interpreted
+    from pagedbench.kernels import triton_prefix_prefill
+    from pagedbench.kernels.triton_launch import is_interpreted
     assert not is_interpreted(triton_prefix_prefill._prefix_prefill_kernel), "TRITON_INTERPRET is set on a GPU machine"
     num_heads, num_kv_heads = case["heads"]
     context_lens, new_lens = PREFIX_LAYOUTS[case["layout"]]

@@ -5,8 +5,8 @@ import sys
 import pytest
 import torch
 
-from kernels import reference
-from kernels.ops import load_ops
+from pagedbench.kernels import reference
+from pagedbench.kernels.ops import load_ops
 
 
 def test_torch_ops_are_the_references():
@@ -18,10 +18,10 @@ def test_torch_ops_are_the_references():
 
 def test_triton_ops_are_the_kernels_with_the_reference_prefill():
     ops = load_ops("triton")
-    assert ops.paged_decode_attention.__module__ == "kernels.triton_decode_attention"
-    assert ops.contiguous_decode_attention.__module__ == "kernels.triton_decode_attention"
-    assert ops.write_kv.__module__ == "kernels.triton_write_kv"
-    assert ops.copy_blocks.__module__ == "kernels.triton_copy_blocks"
+    assert ops.paged_decode_attention.__module__ == "pagedbench.kernels.triton_decode_attention"
+    assert ops.contiguous_decode_attention.__module__ == "pagedbench.kernels.triton_decode_attention"
+    assert ops.write_kv.__module__ == "pagedbench.kernels.triton_write_kv"
+    assert ops.copy_blocks.__module__ == "pagedbench.kernels.triton_copy_blocks"
     assert ops.prefill_attention is reference.prefill_attention and "sdpa" in ops.name
 
 
@@ -35,6 +35,6 @@ def test_unknown_impl_lists_the_valid_ones():
 
 
 def test_importing_kernels_and_loading_torch_ops_does_not_import_triton():
-    code = ("import sys, kernels, kernels.reference, kernels.ops; kernels.ops.load_ops('torch'); "
+    code = ("import sys, kernels, pagedbench.kernels.reference, pagedbench.kernels.ops; pagedbench.kernels.ops.load_ops('torch'); "
             "assert 'triton' not in sys.modules, 'triton was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)

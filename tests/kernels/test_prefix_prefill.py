@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from kernels import reference
-from kernels.ops import load_ops
+from pagedbench.kernels import reference
+from pagedbench.kernels.ops import load_ops
 from tests.kernels.kv_cases import TOLERANCE, DecodeInputs, case_id, covering, paged_cache
 
 # (context_lens, new tokens) per sequence. The kernel tiles new tokens and context by 64 (32 past head_dim 128).
@@ -96,7 +96,7 @@ def dense_attention(x: PrefixInputs) -> torch.Tensor:   # [num_tokens, num_heads
 
 @pytest.fixture(scope="module")
 def triton_prefix():
-    from kernels import triton_prefix_prefill
+    from pagedbench.kernels import triton_prefix_prefill
     return triton_prefix_prefill
 
 
@@ -173,4 +173,4 @@ def test_triton_empty_batch_returns_an_empty_output(triton_prefix, device):
 
 def test_ops_register_prefix_prefill():
     assert load_ops("torch").prefix_prefill_attention is reference.prefix_prefill_attention
-    assert load_ops("triton").prefix_prefill_attention.__module__ == "kernels.triton_prefix_prefill"
+    assert load_ops("triton").prefix_prefill_attention.__module__ == "pagedbench.kernels.triton_prefix_prefill"

@@ -2,13 +2,13 @@
 import pytest
 import torch
 
-from kernels import reference
+from pagedbench.kernels import reference
 from tests.kernels.kv_cases import TOLERANCE, decode_inputs, paged_slots
 
 
 @pytest.fixture(scope="module")
 def triton_write_kv():
-    from kernels.triton_write_kv import write_kv
+    from pagedbench.kernels.triton_write_kv import write_kv
     return write_kv
 
 
@@ -50,7 +50,7 @@ def test_write_kv_accepts_a_strided_key(triton_write_kv, device):
 def test_paged_write_then_gather_equals_contiguous_copy(triton_write_kv, device, block_size, longest, batch):
     """Tokens written into a paged cache and read back through the block table equal the same tokens
     written into a contiguous arena, and both equal what was written; decode agrees on both."""
-    from kernels.triton_decode_attention import contiguous_decode_attention, paged_decode_attention
+    from pagedbench.kernels.triton_decode_attention import contiguous_decode_attention, paged_decode_attention
     x = decode_inputs(batch, longest, 4, 2, 64, torch.float16, device)
     lens = [len(k) for k in x.keys]
     blocks_per_seq = [-(-n // block_size) for n in lens]

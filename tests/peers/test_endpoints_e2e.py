@@ -10,10 +10,10 @@ import sys
 import pandas as pd
 import pytest
 
-from engines.peers.server_process import free_port, launched
-from engines.real.local_model import save_local_model
-from engines.specs.presets import load_model
-from paths import ROOT
+from pagedbench.engines.peers.server_process import free_port, launched
+from pagedbench.engines.real.local_model import save_local_model
+from pagedbench.engines.specs.presets import load_model
+from pagedbench.paths import ROOT
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
 # Six requests arriving at 4 req/s, outputs of at most 12 tokens.

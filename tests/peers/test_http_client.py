@@ -10,13 +10,13 @@ import time
 
 import pytest
 
-from engines.peers.http_client import EndpointUnreachable, replay_http, server_info
-from engines.peers.http_config import HttpBackendConfig
-from engines.peers.sse import parse_chunk, read_data
-from engines.peers.timeline import to_sequence
-from engines.sequence import Status
-from workloads.request import Request
-from workloads.tokenizer import load_tokenizer
+from pagedbench.engines.peers.http_client import EndpointUnreachable, replay_http, server_info
+from pagedbench.engines.peers.http_config import HttpBackendConfig
+from pagedbench.engines.peers.sse import parse_chunk, read_data
+from pagedbench.engines.peers.timeline import to_sequence
+from pagedbench.engines.sequence import Status
+from pagedbench.workloads.request import Request
+from pagedbench.workloads.tokenizer import load_tokenizer
 
 # What the fake server does with a completions request, chosen by the prompt's first token id.
 NORMAL, NO_USAGE, MERGED, CUT, STALL, ERROR_EVENT, NO_DONE, JSON_ONLY, CUT_AFTER_DONE = 1, 2, 3, 4, 5, 6, 7, 8, 9

@@ -3,8 +3,8 @@ from hydra import compose, initialize_config_dir
 import pandas as pd
 import pytest
 
-import run as entry
-from paths import ROOT
+from pagedbench import run as entry
+from pagedbench.paths import ROOT
 
 TRACE = ["workload=synthetic", "workload.num_requests=6", "workload.prompt_dist.low=8", "workload.prompt_dist.high=40",
          "workload.output_dist.mean=8", "workload.max_output_len=12", "workload.arrival=poisson",

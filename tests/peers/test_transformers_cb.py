@@ -5,14 +5,14 @@ import random
 import pytest
 import torch
 
-from engines.peers.timeline import to_sequence
-from engines.peers.transformers_cb import load_model, replay_on_manager, replay_transformers, start_manager, warm_up
-from engines.peers.transformers_config import TransformersBackendConfig, cb_options, kv_sizing
-from engines.real.kv_cache import bytes_per_slot
-from engines.real.model import build_model
-from engines.sequence import Status
-from engines.specs.model import ModelSpec
-from workloads.request import Request
+from pagedbench.engines.peers.timeline import to_sequence
+from pagedbench.engines.peers.transformers_cb import load_model, replay_on_manager, replay_transformers, start_manager, warm_up
+from pagedbench.engines.peers.transformers_config import TransformersBackendConfig, cb_options, kv_sizing
+from pagedbench.engines.real.kv_cache import bytes_per_slot
+from pagedbench.engines.real.model import build_model
+from pagedbench.engines.sequence import Status
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.workloads.request import Request
 
 LLAMA = ModelSpec(name="llama-test", arch="llama", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2,
                   ffn_size=128, vocab_size=1000, max_seq_len=512)

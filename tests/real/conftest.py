@@ -5,17 +5,18 @@ Without a GPU the Triton kernels run under the interpreter (TRITON_INTERPRET=1, 
 import pytest
 import torch
 
-from engines.build import build_scheduler
-from engines.config import SchedulerLimits, engine_config
-from engines.loop import run_engine
-from engines.specs.model import ModelSpec
-from engines.real.attention import register
-from engines.real.executor import RealExecutor
-from engines.real.kv_cache import KVCache, allocate_kv, bytes_per_slot
-from engines.real.swap import allocate_host_blocks
-from engines.real.model import build_model
-from kernels.ops import load_ops
-from workloads.request import Request
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import SchedulerLimits
+from pagedbench.engines.registry import engine_config
+from pagedbench.engines.loop import run_engine
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.engines.real.attention import register
+from pagedbench.engines.real.executor import RealExecutor
+from pagedbench.engines.real.kv_cache import KVCache, allocate_kv, bytes_per_slot
+from pagedbench.engines.real.swap import allocate_host_blocks
+from pagedbench.engines.real.model import build_model
+from pagedbench.kernels.ops import load_ops
+from pagedbench.workloads.request import Request
 
 SPECS = {
     "opt": ModelSpec(name="opt-test", arch="opt", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=4,

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from engines.sequence import Sequence
+from pagedbench.engines.sequence import Sequence
 
 from tests.real.conftest import ENGINES, SPECS, make_engine, make_model, requests, serve
 

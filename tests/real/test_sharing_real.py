@@ -3,9 +3,9 @@ beams and shared prefixes, the paged engine's shared and swapped blocks included
 bit for bit."""
 import torch
 
-from engines.real.swap import swap_blocks
+from pagedbench.engines.real.swap import swap_blocks
 from tests.real.conftest import ENGINES, SPECS, make_model, requests, serve
-from workloads.request import Request
+from pagedbench.workloads.request import Request
 
 PROMPTS = [(6, 12), (9, 10), (5, 14), (7, 9)]
 

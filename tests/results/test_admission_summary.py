@@ -3,9 +3,9 @@ import math
 
 import pytest
 
-from engines.batch import ADMISSION_LIMITS
-from results.record.frames import iterations_frame, requests_frame
-from results.record.summary import summarize
+from pagedbench.engines.batch import ADMISSION_LIMITS
+from pagedbench.results.record.frames import iterations_frame, requests_frame
+from pagedbench.results.record.summary import summarize
 from tests.engines.conftest import make_request
 from tests.engines.test_schedulers import random_trace, serve
 from tests.results.test_summary import iterations_table, requests_table

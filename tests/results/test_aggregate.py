@@ -8,9 +8,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from results.report.aggregate import main, write_aggregate
-from results.sweeps.collect import collect, collect_failures
-from paths import ROOT
+from pagedbench.results.report.aggregate import main, write_aggregate
+from pagedbench.results.sweeps.collect import collect, collect_failures
+from pagedbench.paths import ROOT
 
 
 
@@ -156,6 +156,6 @@ def test_command_exits_2_with_one_line(case, tmp_path, sweep, capsys):
 
 
 def test_module_entry_point(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "results.report.aggregate", str(tmp_path / "nowhere")],
+    done = subprocess.run([sys.executable, "-m", "pagedbench.results.report.aggregate", str(tmp_path / "nowhere")],
                           cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 2 and "no such folder" in done.stderr and "Traceback" not in done.stderr

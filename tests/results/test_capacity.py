@@ -8,9 +8,9 @@ import sys
 import pandas as pd
 import pytest
 
-from results.sweeps.capacity import (Criterion, RateSearch, capacity_summary, main, ratio_summary, ratio_table,
+from pagedbench.results.sweeps.capacity import (Criterion, RateSearch, capacity_summary, main, ratio_summary, ratio_table,
                                      write_tables)
-from paths import ROOT
+from pagedbench.paths import ROOT
 
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from results.sweeps import capacity as cap
-from results.sweeps.capacity import Criterion, RateSearch
+from pagedbench.results.sweeps import capacity as cap
+from pagedbench.results.sweeps.capacity import Criterion, RateSearch
 from tests.results.test_capacity_search_edges import run_search
 
 

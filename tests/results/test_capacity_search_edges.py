@@ -20,8 +20,8 @@ import math
 import pandas as pd
 import pytest
 
-from results.sweeps.capacity import Criterion, RateSearch, bound_reason, combined_bound, ratio_summary, ratio_table
-from results.sweeps.sustainable import ratio_bound, ratios
+from pagedbench.results.sweeps.capacity import Criterion, RateSearch, bound_reason, combined_bound, ratio_summary, ratio_table
+from pagedbench.results.sweeps.sustainable import ratio_bound, ratios
 
 
 def run_search(passes, **kwargs) -> tuple[RateSearch, list[float]]:
@@ -208,7 +208,7 @@ def test_ratio_summary_orders_baselines_nearest_first_and_keeps_an_index_of_its_
 
 
 def test_reasons_name_each_bound_with_its_seeds_in_words():
-    from results.sweeps.capacity import _reasons_by_seed
+    from pagedbench.results.sweeps.capacity import _reasons_by_seed
 
     group = pd.DataFrame({"seed": [0, 1, 2, 3], "bound": [">=", "=", ">=", "<="],
                           "bound_reason": ["max_rate", "", "max_rate", None]})
@@ -218,7 +218,7 @@ def test_reasons_name_each_bound_with_its_seeds_in_words():
 
 
 def test_capacity_summary_keeps_block_sizes_and_preemption_policies_apart():
-    from results.sweeps.capacity import capacity_summary
+    from pagedbench.results.sweeps.capacity import capacity_summary
 
     rows = [dict(engine="paged", block_size=bs, preemption=p, workload="sharegpt", model="opt-13b",
                  criterion="latency", seed=0, capacity=c, bound="=")
@@ -233,7 +233,7 @@ def test_capacity_summary_keeps_block_sizes_and_preemption_policies_apart():
 
 
 def test_the_formatted_tables_write_block_sizes_as_integers_and_a_dash_for_none():
-    from results.sweeps.capacity import format_capacity
+    from pagedbench.results.sweeps.capacity import format_capacity
 
     rows = [dict(engine="paged", block_size=16.0, workload="sharegpt", model="opt-13b", criterion="latency", seed=0,
                  capacity=4.0, bound="="),
@@ -244,7 +244,7 @@ def test_the_formatted_tables_write_block_sizes_as_integers_and_a_dash_for_none(
 
 
 def test_write_tables_writes_three_tables_without_an_index_column(tmp_path):
-    from results.sweeps.capacity import CAPACITY_CSV, RATIOS_CSV, write_tables
+    from pagedbench.results.sweeps.capacity import CAPACITY_CSV, RATIOS_CSV, write_tables
 
     rows = [dict(engine=e, block_size=16 if e == "paged" else None, workload="sharegpt", model="opt-13b",
                  criterion="latency", seed=0, capacity=c, bound="=", done=True) for e, c in (("paged", 4.0),
@@ -259,7 +259,7 @@ def test_write_tables_writes_three_tables_without_an_index_column(tmp_path):
 
 
 def test_write_tables_warns_once_naming_the_capacity_file_when_a_capacity_is_a_bound(tmp_path, caplog):
-    from results.sweeps.capacity import CAPACITY_CSV, write_tables
+    from pagedbench.results.sweeps.capacity import CAPACITY_CSV, write_tables
 
     rows = [dict(engine="paged", block_size=16, workload="sharegpt", model="opt-13b", criterion="latency", seed=0,
                  capacity=8.0, bound=">=", done=True),

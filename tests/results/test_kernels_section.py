@@ -5,7 +5,7 @@ import shutil
 
 import pandas as pd
 
-from results.report.kernels import GPU_RUNS, SHOWN_BLOCK, kernels
+from pagedbench.results.report.kernels import GPU_RUNS, SHOWN_BLOCK, kernels
 
 
 def test_the_kept_gpu_check_is_shown_with_every_case_of_its_benchmark():

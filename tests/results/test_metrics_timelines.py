@@ -9,11 +9,11 @@ import math
 import pandas as pd
 import pytest
 
-from engines.run_record import RunRecord
-from engines.sequence import Sequence, record_tokens
-from results.record.frames import requests_frame
-from results.record.summary import SLO, MeasureConfig, summarize
-from workloads.request import Request
+from pagedbench.engines.run_record import RunRecord
+from pagedbench.engines.sequence import Sequence, record_tokens
+from pagedbench.results.record.frames import requests_frame
+from pagedbench.results.record.summary import SLO, MeasureConfig, summarize
+from pagedbench.workloads.request import Request
 
 # Arrivals start at 10 s, not 0, so a warm-up measured from t = 0 is a different window. Token times are the
 # end times of the iterations that gave the request a token; a finished request finishes at its last one.

@@ -4,7 +4,7 @@ import math
 import pandas as pd
 import pytest
 
-from results.report.plots import (default_block, plot_all, plot_batch_size, plot_block_size, plot_latency_vs_rate,
+from pagedbench.results.report.plots import (default_block, plot_all, plot_batch_size, plot_block_size, plot_latency_vs_rate,
                            plot_memory_waste)
 
 ENGINES = ["static", "orca-max", "orca-pow2", "orca-oracle", "paged"]

@@ -7,11 +7,11 @@ import sys
 import pandas as pd
 import pytest
 
-from results.report import paper_sections, write
-from results.report.section import NotRun, step_command
-from results.report.paper_sections import section_capacity, section_method
-from results.report.write import build_report, main
-from paths import KEPT_RUNS, OUTPUTS, ROOT
+from pagedbench.results.report import paper_sections, write
+from pagedbench.results.report.section import NotRun, step_command
+from pagedbench.results.report.paper_sections import section_capacity, section_method
+from pagedbench.results.report.write import build_report, main
+from pagedbench.paths import KEPT_RUNS, OUTPUTS, ROOT
 
 
 @pytest.fixture
@@ -147,7 +147,7 @@ def test_report_from_a_small_memory_waste_sweep(tmp_path):
 
 
 def test_the_report_says_what_made_it():
-    from results.record.result_code import result_code
+    from pagedbench.results.record.result_code import result_code
 
     made = write.made_by()
     assert result_code() in made and "Rendered at commit" in made

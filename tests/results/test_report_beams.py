@@ -2,10 +2,10 @@
 gap without persistence is computed from the records; a part without records is named by its step."""
 import pandas as pd
 
-from engines.sim.build import SimBackendConfig
-from results.report.beams import section_beam_check, section_persistence
-from results.report.section import typed_command
-from results.report.section import step_command
+from pagedbench.engines.sim.build import SimBackendConfig
+from pagedbench.results.report.beams import section_beam_check, section_persistence
+from pagedbench.results.report.section import typed_command
+from pagedbench.results.report.section import step_command
 
 
 def test_persistence_table_marks_the_least_squares_fit_and_the_preset(tmp_path):
@@ -18,7 +18,7 @@ def test_persistence_table_marks_the_least_squares_fit_and_the_preset(tmp_path):
     assert "| 0.95 (best fit) (preset) | 37.0 | 53.0 | 56.0 |" in text
     assert "| 0.9 | 39.0 | 57.0 | 62.0 |" in text and "| paper | 37.6 | 53.1 | 55.2 |" in text
     assert "at 4 and 12 req/s" in text
-    assert "`python -m studies.beam_persistence`" in text
+    assert "`python -m pagedbench.studies.beam_persistence`" in text
     # Without persistence the savings run 4.4 (width 2) to 14.8 (width 6) points above the paper's.
     assert "lineages merge within a few steps and the savings run 4-15 points above the paper's." in text
     pd.DataFrame([r for r in rows if r["persistence"] > 0]).to_csv(tmp_path / "persistence.csv", index=False)
@@ -36,8 +36,8 @@ def test_without_runs_each_part_names_its_step(tmp_path):
 
 
 def test_the_commands_shown_are_the_steps_less_their_folder():
-    assert typed_command("beam_persistence") == "python -m studies.beam_persistence"
-    assert typed_command("beam_check") == "python -m studies.beam_check"
+    assert typed_command("beam_persistence") == "python -m pagedbench.studies.beam_persistence"
+    assert typed_command("beam_check") == "python -m pagedbench.studies.beam_check"
     assert typed_command("beam_seqcap") == ("python run.py -m experiment=beam limits.max_num_seqs=1024 "
                                             "experiment_name=beam_seqcap")
 
@@ -53,4 +53,4 @@ def test_beam_check_quotes_the_presets_model_and_the_largest_gaps(tmp_path):
     assert f"use decay {preset.beam_parent_decay:g} and persistence {preset.beam_persistence:g}" in text
     assert "within 3.0 points of the real search's with the fitted decay and within 0.5 with the default" in text
     assert "| 4 | 0.30 | 1.40 | 1.30 | 60.0 | 63.0 | 60.2 |" in text
-    assert "`python -m studies.beam_check`" in text
+    assert "`python -m pagedbench.studies.beam_check`" in text

@@ -10,10 +10,10 @@ import threading
 
 import pytest
 
-from paths import ROOT
-from results.record.result_code import RESULT_PATHS, digest, files, result_code, scope_codes
-from results.report import build, current, write
-from results.report.steps import Step, load_steps, read_stamp, write_stamp
+from pagedbench.paths import ROOT, module_file
+from pagedbench.results.record.result_code import RESULT_PATHS, digest, files, result_code, scope_codes
+from pagedbench.results.report import build, current, write
+from pagedbench.results.report.steps import Step, load_steps, read_stamp, write_stamp
 
 
 def test_every_step_of_the_registry_is_well_formed_and_feeds_a_section_of_the_report():
@@ -23,7 +23,7 @@ def test_every_step_of_the_registry_is_well_formed_and_feeds_a_section_of_the_re
     for step in steps:
         assert any(h.startswith("## " + step.section) for h in headings), step
         module = step.command[2] if step.command[1] == "-m" else step.command[1]
-        assert (ROOT / module).is_file() or (ROOT / (module.replace(".", "/") + ".py")).is_file(), step
+        assert (ROOT / module).is_file() or module_file(module) is not None, step
     sweeps = [s for s in steps if s.is_sweep]
     assert {"capacity", "memory_waste", "real_cpu"} <= {s.name for s in sweeps}
     # every experiment of conf/experiment is a step (or the step of its _seqcap variant)
@@ -37,10 +37,10 @@ def test_a_steps_command_fills_in_its_folder_and_the_quick_arguments(tmp_path):
     assert sweep.argv(tmp_path, python="PY") == ["PY", "run.py", "-m", "experiment=capacity",
                                                   f"hydra.sweep.dir={tmp_path / 'experiments' / 'capacity'}"]
     assert "workload.seed=0" in sweep.argv(tmp_path, quick=True)
-    study = Step("replay", "The sim", ("python", "-m", "studies.replay", "T", "--out", "{out}"),
-                 quick_command=("python", "-m", "studies.replay", "small", "--out", "{out}"))
+    study = Step("replay", "The sim", ("python", "-m", "pagedbench.studies.replay", "T", "--out", "{out}"),
+                 quick_command=("python", "-m", "pagedbench.studies.replay", "small", "--out", "{out}"))
     assert study.folder(tmp_path) == tmp_path / "replay"
-    assert study.argv(tmp_path) == ["python", "-m", "studies.replay", "T", "--out", str(tmp_path / "replay")]
+    assert study.argv(tmp_path) == ["python", "-m", "pagedbench.studies.replay", "T", "--out", str(tmp_path / "replay")]
     assert study.argv(tmp_path, quick=True)[3] == "small"
 
 
@@ -129,13 +129,13 @@ def test_a_report_made_by_this_code_is_current_and_one_made_by_other_code_names_
     assert current.stale_sections(report_with_records(tmp_path / "whole", codes["all"]), codes) == []
     stale = current.stale_sections(text, {"all": "0" * 12, "sim": "1" * 12, "sim_nosearch": "2" * 12})
     assert [(s.step, s.section) for s in stale] == [("beam_persistence", "Parallel sampling")]
-    assert "python -m results.report.build --steps beam_persistence" in str(stale[0])
+    assert "python -m pagedbench.results.report.build --steps beam_persistence" in str(stale[0])
     with pytest.raises(ValueError, match="no \"Records behind this report\" section"):
         current.stale_sections("# R\n\n## Method\n", codes)
     listed = {"beam_persistence"}
     missing = current.missing_steps(text)
     assert {s.step for s in missing} == {s.name for s in load_steps()} - listed
-    assert all(str(s).endswith(f"`python -m results.report.build --steps {s.step}`") for s in missing)
+    assert all(str(s).endswith(f"`python -m pagedbench.results.report.build --steps {s.step}`") for s in missing)
     assert current.missing_steps(text, [s for s in load_steps() if s.name in listed]) == []
 
 
@@ -181,7 +181,7 @@ def test_the_section_says_which_records_made_it(tmp_path):
     line = write.provenance_line("## Parallel sampling and beam search (Figures 14-15)", entries)
     assert "`beam_persistence` at result code 0123456789ab (commit cccccccccccc)" in line
     assert write.provenance_line("## Method", entries) == ""
-    assert "no: `python -m results.report.build --steps beam_persistence`" in text
+    assert "no: `python -m pagedbench.results.report.build --steps beam_persistence`" in text
 
 
 def test_the_quick_build_fails_while_a_part_has_no_records_or_a_section_is_stale(tmp_path, capsys):

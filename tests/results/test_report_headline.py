@@ -2,8 +2,8 @@
 result code that made them."""
 import pytest
 
-from results.record.result_code import result_code
-from results.report import headline
+from pagedbench.results.record.result_code import result_code
+from pagedbench.results.report import headline
 
 
 def test_the_block_replaces_what_is_between_its_markers_and_nothing_else():

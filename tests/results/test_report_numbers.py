@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from paths import ROOT
+from pagedbench.paths import ROOT
 
 REPORT_CODE = ROOT / "results" / "report"
 # Strings with digits that are not prose: one token with a letter in it (a key or column name such as

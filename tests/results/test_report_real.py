@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from results.report.backend_sections import HF_RESULT, section_real
+from pagedbench.results.report.backend_sections import HF_RESULT, section_real
 
 
 def summary(folder: Path, engine: str, tok_s: float, requests: int = 24) -> None:

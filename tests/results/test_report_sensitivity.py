@@ -2,7 +2,7 @@
 that says which conclusion holds."""
 import pandas as pd
 
-from results.report.sensitivity import section_sensitivity, verdict
+from pagedbench.results.report.sensitivity import section_sensitivity, verdict
 
 
 def rows(fig, label, claim, name, value, base, ratio, bound=False):
@@ -39,4 +39,4 @@ def test_section_without_the_table_names_its_command(tmp_path):
     assert not section.has_runs and section.text == ""
     folder = tmp_path / "sensitivity"
     assert [(p.part, p.command, p.where) for p in section.not_run] == [
-        ("Sensitivity of the claim (Figures 12, 15, 17)", f"python -m studies.sensitivity --out {folder}", folder)]
+        ("Sensitivity of the claim (Figures 12, 15, 17)", f"python -m pagedbench.studies.sensitivity --out {folder}", folder)]

@@ -3,7 +3,7 @@ import math
 
 import pandas as pd
 
-from results.report.setup import duration_words, seed_words, trace_setup
+from pagedbench.results.report.setup import duration_words, seed_words, trace_setup
 
 
 def test_durations_read_as_adjectives():

@@ -5,11 +5,11 @@ import json
 
 import pandas as pd
 
-from results.report import sharing as rs
-from results.report.criteria import criteria
-from results.report.paper import reference
-from results.report.section import step_command
-from results.report.swapping import section_swap
+from pagedbench.results.report import sharing as rs
+from pagedbench.results.report.criteria import criteria
+from pagedbench.results.report.paper import reference
+from pagedbench.results.report.section import step_command
+from pagedbench.results.report.swapping import section_swap
 
 
 def not_run(section):
@@ -200,7 +200,7 @@ def test_the_binding_limit_names_the_preemptions_behind_a_small_share():
 
 def test_a_sweeps_table_is_gathered_from_its_runs_not_from_the_file_written_when_it_ended(tmp_path):
     """aggregate.parquet is written when a sweep ends, by that day's code: the report gathers the runs again."""
-    from results.report.read import load_aggregate
+    from pagedbench.results.report.read import load_aggregate
 
     write_summaries(tmp_path / "swap", [{"block_size": 16, "request_rate": 2.0},
                                         {"block_size": 1, "request_rate": 1.0}])

@@ -12,13 +12,13 @@ import re
 import pandas as pd
 import pytest
 
-from paths import DOCS, REPORT
-from results.record.result_code import digests_at, scope_codes
-from results.report import build, current, write
-from results.report.headline import HEADLINE_STEPS
-from results.report.read import read_parquet
-from results.report.reads import Reads, declared, steps_of, undeclared
-from results.report.steps import Step, load_steps
+from pagedbench.paths import DOCS, REPORT
+from pagedbench.results.record.result_code import digests_at, scope_codes
+from pagedbench.results.report import build, current, write
+from pagedbench.results.report.headline import HEADLINE_STEPS
+from pagedbench.results.report.read import read_parquet
+from pagedbench.results.report.reads import Reads, declared, steps_of, undeclared
+from pagedbench.results.report.steps import Step, load_steps
 
 STEPS = load_steps()
 
@@ -142,8 +142,8 @@ def test_records_made_before_a_step_moved_to_a_narrower_scope_stay_current(tmp_p
     build does not move them aside; at a commit the clone lacks they are not."""
     import subprocess
 
-    from paths import ROOT
-    from results.report.steps import write_stamp
+    from pagedbench.paths import ROOT
+    from pagedbench.results.report.steps import write_stamp
 
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     here = scope_codes()

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from results.record.result_code import NotInHistory, digests, digests_at
-from results.report import current
+from pagedbench.results.record.result_code import NotInHistory, digests, digests_at
+from pagedbench.results.report import current
 
 PATHS = ("engines",)
 
@@ -67,6 +67,21 @@ def test_records_are_judged_in_the_steps_scope_at_the_commit_that_made_them(repo
     assert current.current_at([now["sim"]], [], "sim", "sim", now, at)             # this code: no history read
     commit(repo, {"engines/kv/paged.py": "a = 10\n"}, "an engine fix")
     assert not current.current_at([made], [first[:12]], "all", "sim", digests(repo, PATHS), at)
+
+
+def test_a_row_naming_two_commits_is_stale_when_one_tree_lacks_its_code(repo):
+    """Every commit a row names must have made its code: one whose tree holds other code (an engine edit between
+    the two) leaves the row stale, whichever of the two it is."""
+    first = commit(repo, {"engines/kv/paged.py": "a = 1\n", "engines/real/backend.py": "b = 2\n"}, "first")
+    made = digests(repo, PATHS)["all"]
+    other = commit(repo, {"engines/kv/paged.py": "a = 2\n"}, "an engine edit")
+    commit(repo, {"engines/kv/paged.py": "a = 1\n"}, "the edit undone")
+    now = digests(repo, PATHS)
+    assert now["all"] == made
+    at = lambda c: digests_at(c, repo, PATHS)       # noqa: E731
+    assert current.current_at([made], [first[:12]], "all", "sim", {**now, "all": "f" * 12}, at)
+    for commits in ([first[:12], other[:12]], [other[:12], first[:12]]):
+        assert not current.current_at([made], commits, "all", "sim", {**now, "all": "f" * 12}, at)
 
 
 def test_a_report_row_at_an_older_commit_is_read_through_its_tree(repo):

@@ -4,8 +4,8 @@ from __future__ import annotations
 import shutil
 import subprocess
 
-from paths import ROOT
-from results.record.result_code import RESULT_PATHS, digest, files, result_code
+from pagedbench.paths import ROOT
+from pagedbench.results.record.result_code import RESULT_PATHS, digest, files, result_code
 
 
 def test_it_covers_the_engines_workloads_conf_and_packaged_data_and_not_the_report():

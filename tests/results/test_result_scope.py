@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from paths import ROOT
-from results.record.result_code import (RESULT_PATHS, SCOPES, SEARCH_ONLY, SIM_UNUSED, digest, files, result_code,
-                                        scope_codes)
-from results.report.steps import load_steps
+from pagedbench.paths import ROOT, module_file
+from pagedbench.results.record.result_code import (NOT_RESULTS, RESULT_PATHS, SCOPES, SEARCH_ONLY, SIM_UNUSED, digest,
+                                                   files, result_code, scope_codes)
+from pagedbench.results.report.steps import load_steps
 
 AUDIT = """
 import atexit, json, runpy, sys
@@ -57,17 +57,33 @@ def test_a_sim_run_imports_nothing_the_sim_scope_leaves_out(setting, tmp_path):
     imported = [Path(f) for f in json.loads(out.read_text()) if in_tree(f)]
     assert any(p.name == "run.py" for p in imported)
     assert [str(p) for p in imported if left_out(p)] == []
+    assert outside_result_paths(imported) == []
 
 
-def module_file(name: str) -> Path | None:
-    base = ROOT.joinpath(*name.split("."))
-    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
-        if candidate.is_file():
-            return candidate
-    return None
+def outside_result_paths(imported: list[Path], paths: tuple[str, ...] = RESULT_PATHS) -> list[str]:
+    """The files of `imported` that neither lie under `paths` (the result-affecting paths) nor are listed in
+    NOT_RESULTS."""
+    covered = set(files(paths=paths))
+    names = [p.resolve().relative_to(ROOT).as_posix() for p in imported]
+    return sorted(n for n in names if n not in covered and n not in NOT_RESULTS)
 
 
-def import_closure(start: Path, stop: tuple[Path, ...] = (ROOT / "run.py",)) -> set[Path]:
+def test_the_check_of_a_run_s_imports_names_a_file_left_out_of_the_result_paths():
+    """frames.py builds every run's tables: taken out of the result-affecting paths, the check names it."""
+    frames = ROOT / "results" / "record" / "frames.py"
+    assert outside_result_paths([frames]) == []
+    kept = tuple(p for p in RESULT_PATHS if p != "results/record/frames.py")
+    assert outside_result_paths([frames], kept) == ["results/record/frames.py"]
+
+
+def test_every_exclusion_names_a_file_outside_the_result_paths():
+    covered = set(files())
+    for name in NOT_RESULTS:
+        assert (ROOT / name).is_file(), f"{name} names no file: a stale entry"
+        assert name not in covered, f"{name} is under RESULT_PATHS and excluded too"
+
+
+def import_closure(start: Path, stop: tuple[Path, ...] = (ROOT / "run.py", ROOT / "pagedbench" / "run.py")) -> set[Path]:
     """Every file of the tree that `start` imports, at any depth, at the top or inside a function (with the
     packages' __init__ files): all it could run; a file of `stop` is listed but not followed."""
     seen, todo = set(), [start]

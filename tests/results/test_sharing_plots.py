@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from results.report import distribution_plots, plots, sharing_plots
-from results.report.distribution_plots import (latency_distribution_figure, plot_latency_distributions,
+from pagedbench.results.report import distribution_plots, plots, sharing_plots
+from pagedbench.results.report.distribution_plots import (latency_distribution_figure, plot_latency_distributions,
                                                runs_at_rate, shared_rates)
-from results.report.plots import latency_figure, plot_batch_size, plot_block_size, plot_latency_vs_rate, plot_memory_waste
-from results.report.sharing_plots import (capacity_figure, figure_title, oracle_ratio, plot_beam, plot_chat,
+from pagedbench.results.report.plots import latency_figure, plot_batch_size, plot_block_size, plot_latency_vs_rate, plot_memory_waste
+from pagedbench.results.report.sharing_plots import (capacity_figure, figure_title, oracle_ratio, plot_beam, plot_chat,
                                           plot_prefix, plot_sampling, plot_sharegpt_saving, plot_swap_block_size,
                                           plot_swap_cost, setting, seed_spread, swap_block_size_figure)
 from tests.results.test_plots import is_png, sweep_table

@@ -4,9 +4,9 @@ engine fix that moves a number lands with its re-run (`make report`), or this te
 stale and the command that rebuilds it."""
 import pytest
 
-from paths import REPORT
-from results.record.result_code import scope_codes
-from results.report import current
+from pagedbench.paths import REPORT
+from pagedbench.results.record.result_code import scope_codes
+from pagedbench.results.report import current
 
 
 def test_the_shipped_report_was_made_by_this_code():
@@ -20,8 +20,8 @@ def test_the_shipped_report_was_made_by_this_code():
 def test_the_readmes_results_come_from_the_same_code():
     """The block quotes the headline steps (Figures 2, 12, 14-17): each code it names is the code of a row of the
     shipped report for one of those steps, and those rows are current (the first test)."""
-    from paths import README
-    from results.report.headline import HEADLINE_STEPS, block_code
+    from pagedbench.paths import README
+    from pagedbench.results.report.headline import HEADLINE_STEPS, block_code
 
     made = block_code(README.read_text())
     rows = [r for r in current.records_rows(REPORT.read_text()) if r[0] in HEADLINE_STEPS]
@@ -33,7 +33,7 @@ def test_each_row_of_the_shipped_report_names_commits_whose_trees_have_its_code(
     """The commits a row of "Records behind this report" names are the trees that made its records: each one's
     hash in the row's scope, read from git's history, is the row's code (what lets a narrower scope, defined
     later, judge them); a clone without that history skips this."""
-    from results.record.result_code import NotInHistory, digests_at
+    from pagedbench.results.record.result_code import NotInHistory, digests_at
 
     rows = current.records_rows(REPORT.read_text())
     assert rows

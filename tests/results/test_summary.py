@@ -4,8 +4,8 @@ import math
 import pandas as pd
 import pytest
 
-from engines.kv.memory_split import CATEGORIES
-from results.record.summary import SLO, slo_met, steady_window, summarize
+from pagedbench.engines.kv.memory_split import CATEGORIES
+from pagedbench.results.record.summary import SLO, slo_met, steady_window, summarize
 
 
 def requests_table(rows):

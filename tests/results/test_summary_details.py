@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engines.config import PagedEngineConfig
-from results.record.summary import (PERCENTILES, SLO, SLO_BOUNDS, MeasureConfig, RunSetting, TokenGaps,
+from pagedbench.engines.config import PagedEngineConfig
+from pagedbench.results.record.summary import (PERCENTILES, SLO, SLO_BOUNDS, MeasureConfig, RunSetting, TokenGaps,
                                     build_summary, distribution, latency, memory_saving, output_tokens,
                                     request_latencies, slo_met, summarize)
 from tests.results.test_metrics_timelines import ITERATIONS, REQS, TIMELINES, WARMUP, iterations_of, requests_of
@@ -199,7 +199,7 @@ def test_a_run_shorter_than_a_second_of_wall_time_has_its_iteration_rate():
 
 def test_slo_met_judges_by_the_latencies_it_is_given():
     """`lat` saves computing the latencies twice: when given, it is what the bounds are checked against."""
-    from results.record.summary import TokenGaps, request_latencies
+    from pagedbench.results.record.summary import TokenGaps, request_latencies
 
     lat = request_latencies(REQS, TokenGaps.of_table(REQS))
     slo = SLO(ttft_s=None, tpot_s=None, itl_s=0.5)

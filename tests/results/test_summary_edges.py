@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from results.record.summary import steady_window, summarize
+from pagedbench.results.record.summary import steady_window, summarize
 from tests.results.test_metrics_timelines import iterations_of, requests_of
 
 # Arrivals 10.0 to 10.5 s: a window of 0.4 s after a warm-up of 0.2.

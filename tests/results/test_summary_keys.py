@@ -5,10 +5,10 @@ import math
 import pandas as pd
 import pytest
 
-from engines.config import ContiguousEngineConfig, PagedEngineConfig
-from results.record.summary import SLO, RunSetting, build_summary, summarize
+from pagedbench.engines.config import ContiguousEngineConfig, PagedEngineConfig
+from pagedbench.results.record.summary import SLO, RunSetting, build_summary, summarize
 from tests.results.test_metrics_timelines import ITERATIONS, REQS, TIMELINES, WARMUP, requests_of
-from workloads.config import WorkloadConfig
+from pagedbench.workloads.config import WorkloadConfig
 
 SETTING = dict(model="opt-13b", backend="sim", backend_fields={"hardware": "a100-40gb"}, width=2,
                trace={"count": 7, "distinct_pairs": 5}, experiment="exp", stop_at_last_arrival=True)

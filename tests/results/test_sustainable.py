@@ -5,7 +5,7 @@ import math
 import pandas as pd
 import pytest
 
-from results.sweeps.sustainable import crossing, main, ratio_bound, ratios, sustainable_rates
+from pagedbench.results.sweeps.sustainable import crossing, main, ratio_bound, ratios, sustainable_rates
 
 
 def curve_rows(engine, points, workload="sharegpt", block_size=None):

@@ -7,15 +7,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engines.config import engine_config
-from results.record.store import SUMMARY, read_summary, save_run
-from results.record.summary import SLO, RunSetting, TokenGaps, build_summary
-import results.record.vllm_result as vllm_result_module
-from results.record.vllm_result import (DETAILED, UNFINISHED, VLLM_RESULT, finished_gaps, peaks, to_json,
+from pagedbench.engines.registry import engine_config
+from pagedbench.results.record.store import SUMMARY, read_summary, save_run
+from pagedbench.results.record.summary import SLO, RunSetting, TokenGaps, build_summary
+import pagedbench.results.record.vllm_result as vllm_result_module
+from pagedbench.results.record.vllm_result import (DETAILED, UNFINISHED, VLLM_RESULT, finished_gaps, peaks, to_json,
                                         token_times, vllm_result)
 from tests.results.test_metrics_timelines import (ITERATIONS, REQS, TIMELINES, WARMUP, finished, per_request,
                                                   requests_of, values)
-from workloads.config import WorkloadConfig
+from pagedbench.workloads.config import WorkloadConfig
 
 # The keys of current vLLM's result file (vllm/benchmarks/serve.py, `vllm bench serve --save-result
 # --save-detailed --percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,90,95,99`, no

@@ -12,12 +12,12 @@ from hydra import compose, initialize_config_dir
 import pandas as pd
 import pytest
 
-from results.record import wandb_backfill
-from results.record.wandb_backfill import latency_table, main, run_group
-from results.record.wandb_logger import run_name, sweep_group
-from results.record.wandb_series import CLOCK
-import run as entry
-from paths import ROOT
+from pagedbench.results.record import wandb_backfill
+from pagedbench.results.record.wandb_backfill import latency_table, main, run_group
+from pagedbench.results.record.wandb_logger import run_name, sweep_group
+from pagedbench.results.record.wandb_series import CLOCK
+from pagedbench import run as entry
+from pagedbench.paths import ROOT
 from tests.results.test_wandb_live import SIM, by_kind, history, offline  # noqa: F401  (a fixture)
 from tests.results.test_wandb_logger import finished_records
 
@@ -48,8 +48,8 @@ def logged(folder) -> dict:
 
 
 def test_the_sweep_file_names_are_those_the_aggregate_and_the_capacity_search_write():
-    from results.report.aggregate import AGGREGATE_PARQUET, FIGURES
-    from results.sweeps.capacity import CAPACITY_CSV, RATIOS_CSV
+    from pagedbench.results.report.aggregate import AGGREGATE_PARQUET, FIGURES
+    from pagedbench.results.sweeps.capacity import CAPACITY_CSV, RATIOS_CSV
 
     assert wandb_backfill.AGGREGATE == AGGREGATE_PARQUET and wandb_backfill.FIGURES == FIGURES
     assert wandb_backfill.CAPACITY_TABLES == {"capacity": CAPACITY_CSV, "capacity_ratios": RATIOS_CSV}
@@ -58,7 +58,7 @@ def test_the_sweep_file_names_are_those_the_aggregate_and_the_capacity_search_wr
 def test_the_command_has_help_and_refuses_a_folder_without_a_finished_run(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["--help"])
-    assert done.value.code == 0 and capsys.readouterr().out.startswith("usage: python -m results.record.wandb_backfill")
+    assert done.value.code == 0 and capsys.readouterr().out.startswith("usage: python -m pagedbench.results.record.wandb_backfill")
     (tmp_path / "empty").mkdir()
     assert main([str(tmp_path / "empty")]) == 2
     assert "no finished run" in capsys.readouterr().err
@@ -102,7 +102,7 @@ def test_backfill_logs_a_finished_run_as_its_live_run_did(offline, capsys):
 
 @pytest.mark.slow
 def test_backfill_of_a_sweep_logs_its_runs_then_a_sweep_run_with_its_tables_and_figures(offline):
-    from results.report.aggregate import write_aggregate
+    from pagedbench.results.report.aggregate import write_aggregate
 
     sweep = offline / "experiments" / "rates"
     runs = {f"seed{seed}_rate{rate}": [f"workload.seed={seed}", f"workload.request_rate={rate}"]

@@ -13,15 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engines.kv.memory_split import CATEGORIES
-from engines.run_record import IterationRow
-import engines.loop as engine_loop
-from engines.loop import run_engine
-from results.record.frames import iterations_frame
-from results.record.wandb_logger import LiveRun, LoggerConfig, WandbRun, run_name
-from results.record.wandb_series import CLOCK, LiveSeries, series_points, series_row
-import run as entry
-from paths import ROOT
+from pagedbench.engines.kv.memory_split import CATEGORIES
+from pagedbench.engines.run_record import IterationRow
+import pagedbench.engines.loop as engine_loop
+from pagedbench.engines.loop import run_engine
+from pagedbench.results.record.frames import iterations_frame
+from pagedbench.results.record.wandb_logger import LiveRun, LoggerConfig, WandbRun, run_name
+from pagedbench.results.record.wandb_series import CLOCK, LiveSeries, series_points, series_row
+from pagedbench import run as entry
+from pagedbench.paths import ROOT
 from tests.results.test_wandb_logger import finished_records
 
 SIM = ["backend=sim", "workload=synthetic", "model=opt-13b", "hardware=a100-40gb", "progress=false",

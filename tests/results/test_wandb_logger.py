@@ -19,10 +19,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from engines.kv.memory_split import CATEGORIES
-from results.record.wandb_backfill import iteration_series, log_to_wandb
-from results.record.wandb_logger import LoggerConfig, WandbRun, run_name, sweep_group
-from paths import ROOT
+from pagedbench.engines.kv.memory_split import CATEGORIES
+from pagedbench.results.record.wandb_backfill import iteration_series, log_to_wandb
+from pagedbench.results.record.wandb_logger import LoggerConfig, WandbRun, run_name, sweep_group
+from pagedbench.paths import ROOT
 
 BLOCK = 32 * 1024          # the log is cut into 32 KiB blocks
 HEADER = struct.Struct("<IHB")   # per chunk: checksum, length, type (1 full, 2 first, 3 middle, 4 last)
@@ -225,7 +225,7 @@ def test_no_logger_writes_nothing_and_never_imports_wandb(logger, tmp_path):
         import sys
         from pathlib import Path
         import pandas as pd
-        from results.record.wandb_backfill import log_to_wandb
+        from pagedbench.results.record.wandb_backfill import log_to_wandb
         empty = pd.DataFrame()
         assert log_to_wandb({logger!r}, {{}}, Path({str(tmp_path)!r}), empty, empty, {{}}) is None
         print("wandb imported" if "wandb" in sys.modules else "wandb not imported")
@@ -294,7 +294,7 @@ def test_series_chart_sharing_and_swapping_when_recorded():
 def test_a_logged_run_carries_its_metadata_in_the_wandb_config(wandb_home, tmp_path):
     from hydra import compose, initialize_config_dir
 
-    import run as entry
+    from pagedbench import run as entry
 
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base=None):
         cfg = compose(config_name="config", overrides=[

@@ -15,7 +15,7 @@ import random
 import pytest
 
 from hydra_plugins.pagedbench_capacity.capacity_sweeper import warm_neighbours
-from results.sweeps.rate_search import RateSearch
+from pagedbench.results.sweeps.rate_search import RateSearch
 
 SETTINGS = dict(start=1.0, growth=2.0, min_rate=0.01, max_rate=1000.0)
 

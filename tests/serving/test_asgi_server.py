@@ -26,20 +26,20 @@ import time
 import pytest
 import yaml
 
-from engines.build import build_scheduler
-from engines.config import ContiguousEngineConfig, PagedEngineConfig, SchedulerLimits
-from engines.peers.sse import parse_chunk
-from engines.run_record import RunRecord
-from engines.loop import run_engine
-from engines.real.build import RealBackendConfig, build_real, load_real_model
-from engines.sequence import Status
-from engines.serving.online_loop import Inbox, serve_loop
-from engines.serving.asgi_server import VERSION, EngineService, build_app, uvicorn_config
-from engines.serving.token_text import TokenText
-from engines.specs.model import ModelSpec
-from paths import CONF, ROOT
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import ContiguousEngineConfig, PagedEngineConfig, SchedulerLimits
+from pagedbench.engines.peers.sse import parse_chunk
+from pagedbench.engines.run_record import RunRecord
+from pagedbench.engines.loop import run_engine
+from pagedbench.engines.real.build import RealBackendConfig, build_real, load_real_model
+from pagedbench.engines.sequence import Status
+from pagedbench.engines.serving.online_loop import Inbox, serve_loop
+from pagedbench.engines.serving.asgi_server import VERSION, EngineService, build_app, uvicorn_config
+from pagedbench.engines.serving.token_text import TokenText
+from pagedbench.engines.specs.model import ModelSpec
+from pagedbench.paths import CONF, ROOT
 from tests.engines.conftest import UnitExecutor, make_request
-from workloads.request import Request
+from pagedbench.workloads.request import Request
 
 SPEC = ModelSpec.from_dict(yaml.safe_load((CONF / "model" / "tiny.yaml").read_text()))
 BACKEND = RealBackendConfig(device="cpu", dtype="float32", kernels="torch", kv_budget_mib=4.0)   # 512 slots

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from studies import kernel_bench, swap_bench
-from studies.memory_plan import FREE_FRACTION, WORKSPACE_BYTES
+from pagedbench.studies import kernel_bench, swap_bench
+from pagedbench.studies.memory_plan import FREE_FRACTION, WORKSPACE_BYTES
 
 
 def test_kernel_bench_rows_reach_the_csv_as_they_are_measured(tmp_path, monkeypatch):

@@ -8,20 +8,20 @@ import pandas as pd
 import pytest
 import yaml
 
-from engines.sim.build import build_cost_model
-from engines.sim.cost_model import CostModel, blocks_read
-from studies.fit import FEATURES, design_matrix, fit, nnls, write_preset
-from engines.sim.linear_cost import OPTIONAL_TERMS, TERMS, LinearCostModel
-from engines.specs.hardware import HardwareSpec
-from engines.specs.presets import load_hardware, load_model
-from paths import CONF, PROFILES
+from pagedbench.engines.sim.build import build_cost_model
+from pagedbench.engines.sim.cost_model import CostModel, blocks_read
+from pagedbench.studies.fit import FEATURES, design_matrix, fit, nnls, write_preset
+from pagedbench.engines.sim.linear_cost import OPTIONAL_TERMS, TERMS, LinearCostModel
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.presets import load_hardware, load_model
+from pagedbench.paths import CONF, PROFILES
 
 TRUE = {"overhead_s": 3e-3, "prefill_iteration_s": 4e-3, "per_row_s": 2e-4, "per_token_s": 5e-5, "prefill_pair_s": 1e-8,
         "contiguous_ctx_s": 4e-7, "paged_ctx_s": 5e-7, "paged_block_s": 2e-6}
 
 
 def synthetic_profile(noise=0.0, seed=0):
-    """Profile rows as studies.profile writes them, timed by the TRUE linear model."""
+    """Profile rows as pagedbench.studies.profile writes them, timed by the TRUE linear model."""
     rng = np.random.default_rng(seed)
     rows = []
     for n in (1, 2, 4, 8):

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from paths import PROFILES
-from studies.fit import FEATURES, design_matrix, fit, nnls
+from pagedbench.paths import PROFILES
+from pagedbench.studies.fit import FEATURES, design_matrix, fit, nnls
 
 PROFILE = PROFILES / "cpu_tiny.parquet"
 

@@ -1,7 +1,7 @@
 """The GPU steps' memory plans (`--plan HARDWARE`): computed from presets alone, below the device's memory."""
-from engines.specs.presets import load_hardware, load_model
-from studies import kernel_bench, profile, swap_bench
-from studies.memory_plan import (GIB, DeviceMemory, StepPlan, device_memory, kv_bytes_per_slot, kv_slot_cap,
+from pagedbench.engines.specs.presets import load_hardware, load_model
+from pagedbench.studies import kernel_bench, profile, swap_bench
+from pagedbench.studies.memory_plan import (GIB, DeviceMemory, StepPlan, device_memory, kv_bytes_per_slot, kv_slot_cap,
                                  weight_bytes)
 
 H200 = load_hardware("h200").memory_bytes

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from results.report.peers import section_peers
-from studies.peers import ROWS, markdown, slug, table
+from pagedbench.results.report.peers import section_peers
+from pagedbench.studies.peers import ROWS, markdown, slug, table
 
 
 def runs(tok_s):
@@ -34,9 +34,9 @@ def test_every_engine_has_an_in_process_and_an_http_row_with_distinct_folders():
 
 def test_the_report_section_reads_the_table_or_names_the_command(tmp_path):
     missing = section_peers(tmp_path)
-    assert not missing.has_runs and "studies.peers" in missing.not_run[0].command
+    assert not missing.has_runs and "pagedbench.studies.peers" in missing.not_run[0].command
     rows, overhead = table({"paged (in process)": runs([100.0]), "paged (HTTP)": runs([90.0])}, 1)
-    (tmp_path / "peers.json").write_text(json.dumps({"command": "python -m studies.peers --out x", "requests": 4,
+    (tmp_path / "peers.json").write_text(json.dumps({"command": "python -m pagedbench.studies.peers --out x", "requests": 4,
                                                      "max_output_len": 128, "rate": None, "rounds": 1, "rows": rows, "overhead": overhead}))
     section = section_peers(tmp_path)
     assert section.has_runs and "| paged (HTTP) | 90.0 (90.0-90.0) |" in section.text
@@ -46,7 +46,7 @@ def test_the_report_section_reads_the_table_or_names_the_command(tmp_path):
 
 def test_the_section_pairs_our_server_against_transformers_serve_by_round_and_shows_the_kept_before(tmp_path,
                                                                                                    monkeypatch):
-    import results.report.peers as peers
+    import pagedbench.results.report.peers as peers
 
     results = {"paged (HTTP)": runs([120.0, 80.0]), "transformers-cb (HTTP)": runs([100.0, 100.0])}
     rows, overhead = table(results, 2)

@@ -5,13 +5,13 @@ import shutil
 import pandas as pd
 import pytest
 
-from studies.profile import main as profile_main
-from studies.fit import fit, write_preset
-from engines.specs.hardware import HardwareSpec
-from paths import CONF
-from studies.replay import main as replay_main
-from workloads import WorkloadConfig, build_workload
-from workloads.trace_file import write_trace
+from pagedbench.studies.profile import main as profile_main
+from pagedbench.studies.fit import fit, write_preset
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.paths import CONF
+from pagedbench.studies.replay import main as replay_main
+from pagedbench.workloads import WorkloadConfig, build_workload
+from pagedbench.workloads.trace_file import write_trace
 
 
 @pytest.mark.slow

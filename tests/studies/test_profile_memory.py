@@ -5,9 +5,9 @@ import weakref
 
 import pytest
 
-import engines.real.build
-from studies import profile
-from studies.profile import Shape, by_layout, grid, kv_slots_range, slots_needed
+import pagedbench.engines.real.build
+from pagedbench.studies import profile
+from pagedbench.studies.profile import Shape, by_layout, grid, kv_slots_range, slots_needed
 
 # Layouts interleaved on purpose: the profiler must still build each once.
 SHAPES = [Shape("prefill", "contiguous", 0, (8, 8)), Shape("decode", "paged", 16, (20, 40)),
@@ -35,14 +35,14 @@ def test_the_kv_cache_holds_the_largest_shape_and_a_margin():
 
 def test_the_profiler_builds_one_layout_at_a_time(tmp_path, monkeypatch):
     caches, live_at_build = [], []
-    allocate = engines.real.build.allocate_kv
+    allocate = pagedbench.engines.real.build.allocate_kv
 
     def counting_allocate(*args, **kwargs):
         live_at_build.append(sum(ref() is not None for ref in caches))
         cache = allocate(*args, **kwargs)
         caches.append(weakref.ref(cache.k[0]))
         return cache
-    monkeypatch.setattr(engines.real.build, "allocate_kv", counting_allocate)
+    monkeypatch.setattr(pagedbench.engines.real.build, "allocate_kv", counting_allocate)
     monkeypatch.setattr(profile, "grid", lambda max_len, quick=False: list(SHAPES))
     out = tmp_path / "p.parquet"
     assert profile.main(ARGS + ["--out", str(out)]) == 0

@@ -1,11 +1,11 @@
-"""studies.replay checks its arguments before any run: each problem one "error:" line on stderr, exit 2."""
+"""pagedbench.studies.replay checks its arguments before any run: each problem one "error:" line on stderr, exit 2."""
 import json
 
 import pytest
 
-import studies.replay as study
-import studies.replay_runs as replay_runs
-from paths import TRACES
+import pagedbench.studies.replay as study
+import pagedbench.studies.replay_runs as replay_runs
+from pagedbench.paths import TRACES
 
 TRACE = TRACES / "sharegpt_64_seed2.jsonl"
 

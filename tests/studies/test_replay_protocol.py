@@ -1,4 +1,4 @@
-"""studies.replay's calibration protocol on this CPU with the tiny model and a six-request trace: profile
+"""pagedbench.studies.replay's calibration protocol on this CPU with the tiny model and a six-request trace: profile
 before, every engine twice on the real backend (interleaved, one loaded model), profile after, fit in
 memory with the measured scheduler_s, sim once per engine, noise-floor columns; and the GPU script's form
 (`--hardware NAME`: no profile)."""
@@ -9,18 +9,18 @@ import pandas as pd
 import pytest
 import yaml
 
-import studies.calibration as calibration
-import studies.replay as study
-import studies.replay_runs as replay_runs
-from engines.specs.hardware import HardwareSpec
-from engines.specs.presets import load_hardware
-from paths import CONF
-from results.report.replay_table import METRICS, format_table, misses
-from results.report.backend_sections import section_validation
-from studies.calibration import host_gaps, scheduler_seconds
-from studies.profile import grid
-from workloads import WorkloadConfig, build_workload
-from workloads.trace_file import write_trace
+import pagedbench.studies.calibration as calibration
+import pagedbench.studies.replay as study
+import pagedbench.studies.replay_runs as replay_runs
+from pagedbench.engines.specs.hardware import HardwareSpec
+from pagedbench.engines.specs.presets import load_hardware
+from pagedbench.paths import CONF
+from pagedbench.results.report.replay_table import METRICS, format_table, misses
+from pagedbench.results.report.backend_sections import section_validation
+from pagedbench.studies.calibration import host_gaps, scheduler_seconds
+from pagedbench.studies.profile import grid
+from pagedbench.workloads import WorkloadConfig, build_workload
+from pagedbench.workloads.trace_file import write_trace
 
 ENGINES = ("static", "orca_max", "paged")
 

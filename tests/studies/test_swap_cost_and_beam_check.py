@@ -1,11 +1,11 @@
 """Figure 19a's sim table and its command; the sim's beam model and the beam check's measures of it; the outside
-reference's file (studies.hf_generate)."""
+reference's file (pagedbench.studies.hf_generate)."""
 import numpy as np
 import pytest
 
-from engines.sim.beam_model import BeamModel, fit_decay
-from studies.beam_check import distinct_parents, model_distinct_parents
-from studies.swap_cost import main as swap_cost_main, swap_cost_table
+from pagedbench.engines.sim.beam_model import BeamModel, fit_decay
+from pagedbench.studies.beam_check import distinct_parents, model_distinct_parents
+from pagedbench.studies.swap_cost import main as swap_cost_main, swap_cost_table
 
 
 def test_swap_cost_is_latency_bound_for_small_blocks_and_recompute_is_flat():
@@ -40,7 +40,7 @@ def test_the_beam_model_draws_the_same_parents_for_a_request_whatever_the_order(
 def test_the_beam_check_runs_end_to_end_on_the_real_backend(tmp_path):
     """The whole study, small: the real paged engine through the recording executor, then the sim (it once
     broke when the engine learnt to fast-forward, and only the report's build found it)."""
-    from studies.beam_check import main
+    from pagedbench.studies.beam_check import main
 
     assert main(["--out", str(tmp_path), "--widths", "2", "--requests", "4"]) == 0
     table = (tmp_path / "beam_check.csv").read_text().splitlines()
@@ -52,8 +52,8 @@ def test_the_outside_reference_writes_its_line_where_the_report_reads_it(tmp_pat
     """transformers `generate` on a few short requests: the JSON line it prints is also OUT/hf_generate.json."""
     import json
 
-    from results.report.backend_sections import HF_RESULT
-    from studies.hf_generate import main
+    from pagedbench.results.report.backend_sections import HF_RESULT
+    from pagedbench.studies.hf_generate import main
 
     out = main(["--out", str(tmp_path), "workload.num_requests=2", "workload.max_output_len=4"])
     assert json.loads((tmp_path / HF_RESULT).read_text()) == out

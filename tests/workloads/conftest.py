@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from paths import TEST_DATA
+from pagedbench.paths import TEST_DATA
 
 DATA_DIR = TEST_DATA
 

@@ -1,7 +1,7 @@
 import pytest
 
-from workloads import WorkloadConfig, build_workload
-from workloads.alpaca import alpaca_pair, read_alpaca
+from pagedbench.workloads import WorkloadConfig, build_workload
+from pagedbench.workloads.alpaca import alpaca_pair, read_alpaca
 
 
 def test_prompt_is_instruction_then_input(data_dir):

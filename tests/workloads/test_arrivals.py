@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from workloads.arrivals import arrival_times
+from pagedbench.workloads.arrivals import arrival_times
 
 N = 20_001  # 20k gaps
 

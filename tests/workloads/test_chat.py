@@ -5,9 +5,9 @@ import logging
 import numpy as np
 import pytest
 
-from workloads import WorkloadConfig, build_workload
-from workloads.chat import join_records, load_chat, read_sharegpt_chat
-from workloads.tokenizer import load_tokenizer
+from pagedbench.workloads import WorkloadConfig, build_workload
+from pagedbench.workloads.chat import join_records, load_chat, read_sharegpt_chat
+from pagedbench.workloads.tokenizer import load_tokenizer
 
 from tests.workloads.word_tokenizer import WordTokenizer
 

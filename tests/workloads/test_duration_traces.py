@@ -4,9 +4,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from workloads import WorkloadConfig, build_workload, trace_stats
-from workloads.arrivals import arrival_times, arrival_times_within
-from workloads.build import draw_order
+from pagedbench.workloads import WorkloadConfig, build_workload, trace_stats
+from pagedbench.workloads.arrivals import arrival_times, arrival_times_within
+from pagedbench.workloads.build import draw_order
 
 
 @pytest.fixture

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from workloads import WorkloadConfig, build_workload
-from workloads.filters import passes_filters
+from pagedbench.workloads import WorkloadConfig, build_workload
+from pagedbench.workloads.filters import passes_filters
 
 
 @pytest.mark.parametrize(

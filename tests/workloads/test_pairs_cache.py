@@ -4,15 +4,15 @@ import os
 import numpy as np
 import pytest
 
-import workloads.alpaca
-import workloads.cache
-import workloads.pairs
-import workloads.sharegpt
-from workloads.alpaca import load_alpaca
-from workloads.cache import cache_key
-from workloads.pairs import TokenIds, TokenizedPairs, tokenize_pairs
-from workloads.sharegpt import load_sharegpt
-from workloads.tokenizer import load_tokenizer
+import pagedbench.workloads.alpaca
+import pagedbench.workloads.cache
+import pagedbench.workloads.pairs
+import pagedbench.workloads.sharegpt
+from pagedbench.workloads.alpaca import load_alpaca
+from pagedbench.workloads.cache import cache_key
+from pagedbench.workloads.pairs import TokenIds, TokenizedPairs, tokenize_pairs
+from pagedbench.workloads.sharegpt import load_sharegpt
+from pagedbench.workloads.tokenizer import load_tokenizer
 
 from tests.workloads.word_tokenizer import WordTokenizer
 
@@ -26,7 +26,7 @@ def count_tokenizing(monkeypatch):
         calls.append(tokenizer.name)
         return tokenize_pairs(pairs, tokenizer)
 
-    monkeypatch.setattr(workloads.cache, "tokenize_pairs", counting)   # both loaders tokenize through the cache
+    monkeypatch.setattr(pagedbench.workloads.cache, "tokenize_pairs", counting)   # both loaders tokenize through the cache
     return calls
 
 
@@ -135,7 +135,7 @@ def test_tokenized_pairs_validation(ids, offsets, lens, message):
 def test_tokenizing_in_chunks_gives_the_same_pairs(monkeypatch):
     texts = [(" ".join("w" * (i % 5 + 1) for _ in range(i % 7)), "x " * (i % 3 + 1)) for i in range(23)]
     whole = tokenize_pairs(texts, WordTokenizer())
-    monkeypatch.setattr(workloads.pairs, "TOKENIZE_CHUNK", 4)
+    monkeypatch.setattr(pagedbench.workloads.pairs, "TOKENIZE_CHUNK", 4)
     tokenizer = WordTokenizer()
     assert same(tokenize_pairs(texts, tokenizer), whole) and tokenizer.calls == 2 * 6
     assert len(tokenize_pairs([], WordTokenizer())) == 0

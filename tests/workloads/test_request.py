@@ -1,7 +1,7 @@
 """Request: sampling width and shared-prefix tags, checked when made."""
 import pytest
 
-from workloads import Request, WorkloadConfig, build_workload
+from pagedbench.workloads import Request, WorkloadConfig, build_workload
 
 
 def make(**kwargs) -> Request:

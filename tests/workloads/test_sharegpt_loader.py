@@ -3,9 +3,9 @@ import logging
 
 import pytest
 
-from workloads import WorkloadConfig, build_workload
-from workloads.sharegpt import load_sharegpt, read_sharegpt
-from workloads.tokenizer import load_tokenizer
+from pagedbench.workloads import WorkloadConfig, build_workload
+from pagedbench.workloads.sharegpt import load_sharegpt, read_sharegpt
+from pagedbench.workloads.tokenizer import load_tokenizer
 
 
 def test_reads_first_two_turns_of_each_conversation(data_dir):

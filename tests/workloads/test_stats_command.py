@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
-from workloads import Request, format_stats, trace_stats
-from workloads.stats import main
-from paths import ROOT, TEST_DATA
+from pagedbench.workloads import Request, format_stats, trace_stats
+from pagedbench.workloads.stats import main
+from pagedbench.paths import ROOT, TEST_DATA
 
 REPO = ROOT
 
@@ -74,7 +74,7 @@ def test_command_reports_distinct_pairs_of_a_resampled_trace(capsys, data_dir):
 
 def test_runs_as_a_module(cache_dir):
     env = dict(os.environ, PAGEDBENCH_CACHE_DIR=str(cache_dir))
-    done = subprocess.run([sys.executable, "-m", "workloads.stats", "alpaca", "num_requests=20"],
+    done = subprocess.run([sys.executable, "-m", "pagedbench.workloads.stats", "alpaca", "num_requests=20"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("alpaca_synthetic: 20 requests")

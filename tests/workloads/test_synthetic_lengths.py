@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from workloads import LengthDist, WorkloadConfig, build_workload
-from workloads.alpaca_synthetic import OUTPUT_MEAN, PROMPT_MEAN, lognormal_mu_for_truncated_mean
-from workloads.synthetic import VOCAB_SIZE
+from pagedbench.workloads import LengthDist, WorkloadConfig, build_workload
+from pagedbench.workloads.alpaca_synthetic import OUTPUT_MEAN, PROMPT_MEAN, lognormal_mu_for_truncated_mean
+from pagedbench.workloads.synthetic import VOCAB_SIZE
 
 
 def test_fixed_dist():

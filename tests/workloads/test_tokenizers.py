@@ -1,6 +1,6 @@
 import pytest
 
-from workloads.tokenizer import load_tokenizer
+from pagedbench.workloads.tokenizer import load_tokenizer
 
 
 def test_cl100k_offline():

@@ -1,6 +1,6 @@
 import pytest
 
-from workloads import WorkloadConfig, build_workload
+from pagedbench.workloads import WorkloadConfig, build_workload
 
 
 def key(trace):

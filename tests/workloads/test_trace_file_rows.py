@@ -6,9 +6,9 @@ import sys
 import pandas as pd
 import pytest
 
-from paths import ROOT
-from workloads import WorkloadConfig, build_workload
-from workloads.trace_file import read_trace, write_trace
+from pagedbench.paths import ROOT
+from pagedbench.workloads import WorkloadConfig, build_workload
+from pagedbench.workloads.trace_file import read_trace, write_trace
 
 GOOD = {"prompt_len": 4, "output_len": 2, "arrival_s": 0.0}
 

@@ -6,10 +6,10 @@ import sys
 import pandas as pd
 import pytest
 
-from workloads import WorkloadConfig, build_workload
-from workloads.trace_file import read_trace, write_trace
-from workloads.write_trace import main
-from paths import ROOT
+from pagedbench.workloads import WorkloadConfig, build_workload
+from pagedbench.workloads.trace_file import read_trace, write_trace
+from pagedbench.workloads.write_trace import main
+from pagedbench.paths import ROOT
 
 
 

@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from workloads import Request, WorkloadConfig, build_workload
-from workloads.trace_file import read_trace, trace_frame, write_trace
+from pagedbench.workloads import Request, WorkloadConfig, build_workload
+from pagedbench.workloads.trace_file import read_trace, trace_frame, write_trace
 
 TAGS = ("n", "beam_width", "prefix_id", "prefix_len")
 

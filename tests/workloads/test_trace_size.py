@@ -5,9 +5,9 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 import pytest
 
-from paths import CONF
-from workloads import WorkloadConfig, build_workload, trace_size
-from workloads.trace_size import DEFAULT_MAX_TRACE_REQUESTS, expected_size
+from pagedbench.paths import CONF
+from pagedbench.workloads import WorkloadConfig, build_workload, trace_size
+from pagedbench.workloads.trace_size import DEFAULT_MAX_TRACE_REQUESTS, expected_size
 
 
 def test_a_billion_seconds_is_refused_in_one_line_naming_the_estimate_and_the_option():

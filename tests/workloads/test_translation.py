@@ -2,9 +2,9 @@
 import numpy as np
 import pytest
 
-from workloads import WorkloadConfig, build_workload
-from workloads.synthetic import VOCAB_SIZE
-from workloads.translation import (FRAMING_TOKENS, RATIO_MEAN, SOURCE_MEAN, SOURCE_SD, prefix_len_for_shots,
+from pagedbench.workloads import WorkloadConfig, build_workload
+from pagedbench.workloads.synthetic import VOCAB_SIZE
+from pagedbench.workloads.translation import (FRAMING_TOKENS, RATIO_MEAN, SOURCE_MEAN, SOURCE_SD, prefix_len_for_shots,
                                    translation_pairs)
 
 

@@ -3,8 +3,8 @@ import math
 import pytest
 from omegaconf import OmegaConf
 
-from workloads import LengthDist, WorkloadConfig
-from paths import CONF
+from pagedbench.workloads import LengthDist, WorkloadConfig
+from pagedbench.paths import CONF
 
 CONF_DIR = CONF / "workload"
 

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent
-# A checkout (pyproject.toml beside this file) keeps its outputs in its own outputs/; an installed pagedbench
-# (`pip install .`: ROOT is site-packages) writes them under the directory it is run from, as Hydra's runs do.
-CHECKOUT = (ROOT / "pyproject.toml").is_file()
+from pagedbench import CHECKOUT_ROOT
+
+# In a checkout, the folders sit beside pagedbench/ at the repository root; in an installed pagedbench (a wheel)
+# they are its subpackages, so the package's own folder holds conf/ (and outputs go under the directory it is
+# run from, as Hydra's runs do).
+ROOT = CHECKOUT_ROOT if CHECKOUT_ROOT is not None else Path(__file__).resolve().parent
+CHECKOUT = CHECKOUT_ROOT is not None and (ROOT / "pyproject.toml").is_file()
 CONF = ROOT / "conf"
 DATA = ROOT / "data"
 TRACES = DATA / "traces"
@@ -33,3 +36,22 @@ FIGURES = DOCS / "figures"
 OUTPUTS = ROOT / "outputs" if CHECKOUT else Path.cwd() / "outputs"
 EXPERIMENTS = OUTPUTS / "experiments"
 TEST_DATA = ROOT / "tests" / "data"   # the test suite's small input files
+
+# The top folders that are pagedbench's subpackages (pagedbench.engines is engines/, ...): pyproject.toml's
+# package-dir for a wheel, pagedbench/__init__.py's __path__ in a checkout.
+SUBPACKAGES = ("engines", "kernels", "workloads", "results", "studies", "conf")
+
+
+def module_file(module: str) -> Path | None:
+    """The source file of one of our modules by its import name (`pagedbench.studies.replay` ->
+    studies/replay.py, `pagedbench.run` -> pagedbench/run.py; a package -> its __init__.py), None if there is
+    none in this tree."""
+    parts = module.split(".")
+    if parts[0] != "pagedbench":
+        return None
+    parts = parts[1:] if len(parts) > 1 and parts[1] in SUBPACKAGES else ["pagedbench", *parts[1:]]
+    base = ROOT.joinpath(*parts)
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None

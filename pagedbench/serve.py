@@ -1,0 +1,105 @@
+"""Serve one of our engines on the real backend behind an OpenAI-compatible streaming HTTP API.
+
+    python serve.py engine=paged model=tiny serve.port=8001
+    python serve.py engine=orca_oracle serve.host=0.0.0.0 serve.tokenizer=hf:/path/to/tokenizer
+
+The config is run.py's (the same groups, parsed and checked by `RunConfig.parse`, the backend built by
+`build_backend`), so `engine=`, `model=`, `limits.*`, `backend.*` mean what they mean for a run; only
+backend=real can serve. The server's own settings sit under `serve` (conf/serve.yaml, which composes
+conf/config.yaml and adds them): serve.host (127.0.0.1), serve.port (8000; 0 picks a free one) and
+serve.tokenizer (cl100k_base: a `pagedbench.workloads.tokenizer` spec, for text prompts and the text of generated
+tokens) and serve.api_key (null; set, every /v1/ request needs `Authorization: Bearer KEY`). Once bound it
+prints one line, "serving <engine> on http://host:port"; SIGTERM or SIGINT (Ctrl-C) end every open stream
+with a reason and shut it down. Hydra's log of the session goes to outputs/serve/, apart from the runs. The
+server (FastAPI under uvicorn), its endpoints and the stream's format: engines/serving/asgi_server.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+import logging
+import sys
+
+import hydra
+from omegaconf import DictConfig
+
+from pagedbench.engines.specs.mapping import build_from_mapping
+from pagedbench.paths import CONF
+from pagedbench.run import RunConfig, bad_group_choice, plain
+
+log = logging.getLogger("pagedbench")
+
+
+@dataclass(slots=True)
+class ServeConfig:
+    host: str = "127.0.0.1"
+    port: int = 8000                   # 0: a free port, printed once bound
+    tokenizer: str = "cl100k_base"     # a pagedbench.workloads.tokenizer spec: a bpe_openai encoding or hf:/local/dir
+    api_key: str | None = None         # set: /v1/ requests need `Authorization: Bearer KEY` (else 401)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.host, str) or not self.host:
+            raise ValueError(f"serve.host must be a host name or address, got {self.host!r}")
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise ValueError(f"serve.port must be an integer in [0, 65535], got {self.port!r}")
+        if not isinstance(self.tokenizer, str) or not self.tokenizer:
+            raise ValueError(f"serve.tokenizer must be a tokenizer spec, got {self.tokenizer!r}")
+        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
+            raise ValueError("serve.api_key must be null or a non-empty string")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ServeConfig":
+        return build_from_mapping(cls, d, "serve")
+
+
+def refuse(message: str, status: int) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(status)
+
+
+@hydra.main(version_base=None, config_path=str(CONF), config_name="serve")
+def main(cfg: DictConfig) -> None:
+    from pagedbench.engines.serving.asgi_server import EngineService, build_app, serve as run_server   # after the checks
+
+    if cfg.backend.name != "real":
+        refuse(f"serve.py serves the real backend only (backend=real), got backend={cfg.backend.name}", 2)
+    try:
+        settings = ServeConfig.from_dict(plain(cfg.serve))
+        rc = RunConfig.parse(cfg)
+        backend = rc.build_backend(cfg.gpu_memory_utilization)
+        service = EngineService(backend, rc.model.name, rc.engine.label, settings.tokenizer,
+                                max_seq_len=rc.limits.max_seq_len)
+    except ValueError as err:          # a bad value in the config: one line, no stack trace
+        refuse(str(err), 2)
+    log.info("%s", backend.describe())
+    log.info("engine %s: %s", rc.engine.label, backend.scheduler.kv.describe())
+    app = build_app(service, api_key=settings.api_key)
+    try:                               # the engine on this thread (warmed up first), the server on another
+        run_server(app, service, settings.host, settings.port,
+                   on_bound=lambda url: print(f"serving {rc.engine.label} on {url}", flush=True))
+    except OSError as err:
+        service.stop()
+        refuse(f"cannot listen on {settings.host}:{settings.port}: {err}", 1)
+    service.stop()
+    if service.engine_error:
+        refuse(f"the engine stopped: {service.engine_error}", 1)
+    log.info("server stopped")
+
+
+def entry(argv: list[str] | None = None) -> int:
+    """The serve command: `python serve.py ARGS` (`argv`, default sys.argv[1:]); its exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    problem = bad_group_choice(argv)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    saved = sys.argv
+    sys.argv = [saved[0] if saved else "serve.py", *argv]
+    try:
+        main()
+    finally:
+        sys.argv = saved
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(entry())
