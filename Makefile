@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install run test report report-update report-quick bench bench-compare mutation device-rehearsal clean
+.PHONY: install run test report report-update report-quick report-carry bench bench-compare mutation device-rehearsal clean
 
 install: $(VENV)/.installed
 
@@ -40,6 +40,19 @@ report-quick: install
 # code in each step's scope, read at the commits that made them) is kept with its figures, its steps not run.
 report-update: install
 	$(PY) -m pagedbench.results.report.build --update $(REPORT_ARGS)
+
+# A change that moves no result (a rename, a move) carried in minutes, not a rebuild: for each stale step of
+# docs/REPORT.md, a seeded sample of its runs (CARRY_SAMPLES, at least 3, one per engine) rerun in a worktree of
+# the commit that made its records and here; all equal to the bit (a timed step: but the keys the clock feeds)
+# stamps the step's row "carried to <code> by N equal reruns"; any difference names the run and the key and
+# leaves the step stale (then `make report`). CARRY_SITE: a folder first on PYTHONPATH on both sides (an older
+# library the records' commit needs); CARRY_WORK keeps the reruns (a second carry reruns only this side).
+CARRY_SAMPLES ?= 3
+CARRY_SITE ?=
+CARRY_WORK ?=
+report-carry: install
+	$(PY) -m pagedbench.results.report.carry --samples $(CARRY_SAMPLES) $(if $(CARRY_SITE),--site $(CARRY_SITE)) \
+		$(if $(CARRY_WORK),--work $(CARRY_WORK))
 
 # The GPU check's dry run in an environment holding only torch, triton, transformers and numpy.
 device-rehearsal:

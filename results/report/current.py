@@ -9,6 +9,11 @@ checkout's in the row's step's scope (`python -m pagedbench.results.record.resul
 checkout's whole code is current in any scope) and every step of the build has a row; otherwise each
 stale or missing row names its section and the command that rebuilds it.
 
+A row carried to this checkout's code in the step's scope by equal reruns (its last column, "to CODE by N equal
+reruns", written by `python -m pagedbench.results.report.carry` only when every rerun was equal to the bit) is
+current: its records were made by the code it names, at the commits it names, and a seeded sample of them came
+out the same at this code.
+
 A row whose code is not this checkout's is still current when the commits that made its records say so: each
 commit's tree, read from git's history (`pagedbench.results.record.result_code.digests_at`), has the row's code in the
 row's scope (so that tree made them, not an uncommitted edit) and this checkout's code in the step's scope
@@ -77,6 +82,15 @@ def current_at(made: list[str], commits: list[str], made_scope: str, scope: str,
     return all(tree[made_scope] == made[0] and tree[scope] == codes.get(scope) for tree in trees)
 
 
+def carried_to(cell: str) -> str | None:
+    """The code a row's "carried" cell says its records were carried to ("to CODE by N equal reruns"), or None
+    (`pagedbench.results.report.carry` writes it only when every rerun of its sample was equal to the bit)."""
+    words = cell.split()
+    if len(words) >= 5 and words[0] == "to" and words[2] == "by" and words[3].isdigit() and int(words[3]) >= 1:
+        return words[1]
+    return None
+
+
 def stale_sections(text: str, codes: dict[str, str], steps: list[Step] | None = None, at=digests_at) -> list[Stale]:
     """Every step of the report `text` whose records are not current (`current_at`) in its step's scope
     (docs/report/steps.yaml `code`; a step the file no longer has: all) for a checkout of `codes` (scope ->
@@ -85,6 +99,8 @@ def stale_sections(text: str, codes: dict[str, str], steps: list[Step] | None = 
     stale = []
     for step, section, _runs, made, commits, _this, *rest in records_rows(text):
         made_scope = rest[0] if rest else "all"
+        if carried_to(rest[1] if len(rest) > 1 else "") in (codes.get(scope.get(step, "all")), codes.get("all")):
+            continue   # carried by equal reruns to this checkout's code in the step's scope
         if not current_at(split(made), split(commits), made_scope, scope.get(step, "all"), codes, at):
             stale.append(Stale(step, section, made, f"python -m pagedbench.results.report.build --steps {step}"))
     return stale

@@ -1,0 +1,87 @@
+"""The carry of the report's records across a change that moves no result (results/report/carry.py): which runs
+it reruns, how it compares them, and how a carried row reads to the staleness check."""
+import json
+
+import pandas as pd
+import pytest
+
+from pagedbench.results.record.compare import diff_folders, diff_runs, varying_keys
+from pagedbench.results.report import carry, current
+from pagedbench.results.report.steps import load_steps
+
+STEPS = {s.name: s for s in load_steps()}
+CODES = {"all": "a" * 12, "sim": "b" * 12, "nosearch": "c" * 12, "sim_nosearch": "d" * 12}
+HEADER = "| step | section | runs | result code | commits | this code | scope |\n|---|---|---|---|---|---|---|\n"
+
+
+def report(rows: str) -> str:
+    return f"# R\n\n## Figure 2\n\ntext\n\n{current.RECORDS_HEADING}\n\nwhich code\n\n{HEADER}{rows}\n## After\n\nend\n"
+
+
+def test_a_row_carried_to_this_code_in_its_scope_is_current_and_any_other_is_stale():
+    rows = ("| memory_waste | Figure 2 | 5 | 0123456789ab | 170b0a3f04d9 | yes | sim_nosearch |\n"
+            "| capacity | Figure 12 | 400 | 0123456789ab | 170b0a3f04d9 | yes | sim |\n"
+            "| chat | Chatbot | 134 | 0123456789ab | 170b0a3f04d9 | yes | sim |\n")
+    never = lambda commit: {s: "f" * 12 for s in CODES}   # noqa: E731  (no commit's tree has this code)
+    text = report(rows)
+    assert {s.step for s in current.stale_sections(text, CODES, at=never)} == {"memory_waste", "capacity", "chat"}
+    stamped = carry.stamp_rows(text, {"memory_waste": (CODES["sim_nosearch"], 5), "capacity": ("e" * 12, 5)})
+    assert "| memory_waste | Figure 2 | 5 | 0123456789ab | 170b0a3f04d9 | carried | sim_nosearch | to " \
+           f"{CODES['sim_nosearch']} by 5 equal reruns |" in stamped
+    assert "| chat | Chatbot | 134 | 0123456789ab | 170b0a3f04d9 | yes | sim | - |" in stamped
+    assert stamped.endswith("## After\n\nend\n") and "| carried |" in stamped
+    # carried to this code: current; carried to another code (capacity) or never (chat): stale
+    assert {s.step for s in current.stale_sections(stamped, CODES, at=never)} == {"capacity", "chat"}
+    # a row carried to the whole code is current in any scope; the made code and commits stay as they were
+    again = carry.stamp_rows(stamped, {"chat": (CODES["all"], 3)})
+    assert {s.step for s in current.stale_sections(again, CODES, at=never)} == {"capacity"}
+    assert [r[3:5] for r in current.records_rows(again)] == [["0123456789ab", "170b0a3f04d9"]] * 3
+
+
+@pytest.mark.parametrize("cell", ["", "-", "to", f"to {'d' * 12} by 0 equal reruns", f"to {'d' * 12} by x equal",
+                                  f"from {'d' * 12} by 3 equal reruns"])
+def test_a_malformed_or_empty_carried_cell_carries_nothing(cell):
+    assert current.carried_to(cell) is None
+
+
+def test_a_sweep_steps_sample_is_seeded_holds_three_runs_at_least_and_every_engine():
+    step = STEPS["capacity"]
+    first = carry.samples(step, 3, seed=0)
+    assert first == carry.samples(step, 3, seed=0) != carry.samples(step, 3, seed=1)
+    engines = {a.split("=", 1)[1] for s in first for a in s.args if a.startswith("engine=")}
+    assert engines == {"static", "orca_max", "orca_pow2", "orca_oracle", "paged"} and len(first) >= 5
+    assert all(s.run and s.args[0] == "run.py" and "-m" not in s.args for s in first)
+    rates = {a for s in first for a in s.args if a.startswith("workload.request_rate=")}
+    assert rates and all(float(r.split("=")[1]) in carry.SEARCH_RATES for r in rates)   # a search's first rates
+
+
+def test_a_step_of_one_run_is_sampled_on_seeded_traces_and_a_timed_one_at_its_quick_size():
+    step = STEPS["static_reference"]
+    sample = carry.samples(step, 3, seed=0)
+    assert len(sample) == 3 and len({s.args for s in sample}) == 3
+    assert all(set(step.quick) <= set(s.args) for s in sample)   # timed: the quick size
+    study = carry.samples(STEPS["beam_persistence"], 3, seed=0)
+    assert [s.run for s in study] == [False] and "{out}" in study[0].args
+
+
+def write_run(folder, summary: dict, latency: list[float]):
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps(summary))
+    pd.DataFrame({"t": latency, "tokens": [1, 2]}).to_parquet(folder / "iterations.parquet")
+    pd.DataFrame({"id": [0, 1]}).to_parquet(folder / "requests.parquet")
+
+
+def test_a_difference_is_named_by_key_and_the_clock_s_keys_are_found_by_a_second_run(tmp_path):
+    write_run(tmp_path / "base", {"throughput": 1.5, "tokens": 10, "wall_s": 3.0}, [0.1, 0.2])
+    write_run(tmp_path / "here", {"throughput": 1.5, "tokens": 10, "wall_s": 9.0}, [0.1, 0.2])
+    assert diff_runs(tmp_path / "base", tmp_path / "here") == []          # the machine's wall_s is left out
+    write_run(tmp_path / "edited", {"throughput": 1.5, "tokens": 11, "wall_s": 3.0}, [0.1, 0.2])
+    assert diff_runs(tmp_path / "base", tmp_path / "edited") == ["tokens: 10 -> 11"]
+    write_run(tmp_path / "timed1", {"throughput": 1.7, "tokens": 10}, [0.3, 0.2])
+    write_run(tmp_path / "timed2", {"throughput": 1.9, "tokens": 10}, [0.4, 0.2])
+    clock = varying_keys(tmp_path / "timed1", tmp_path / "timed2")
+    assert clock == {"summary.json:throughput", "iterations.parquet:t"}
+    assert carry.diff_run_folders(tmp_path / "base", tmp_path / "timed1", clock) == []
+    write_run(tmp_path / "timed3", {"throughput": 1.8, "tokens": 12}, [0.5, 0.2])
+    assert carry.diff_run_folders(tmp_path / "base", tmp_path / "timed3", clock) == ["tokens: 10 -> 12"]
+    assert diff_folders(tmp_path / "base", tmp_path / "timed3", ignore=clock) == ["summary.json tokens: 10 -> 12"]
