@@ -1,7 +1,8 @@
 """Two records of one run compared key by key and cell by cell: a summary, its tables, a study's output files.
 
 Keys that depend on the machine rather than the run (`wall_s`, `iterations_per_wall_s`, `metadata`) are left
-out, and so is anything named in `ignore` (a timed run's clock-fed keys, found by rerunning it). Equal means
+out, as are those that name the code that made a record rather than what it made (`code_version`, `git_commit`,
+`git_dirty`, `result_code`: the provenance a sweep's aggregate and vllm_result.json carry), and so is anything named in `ignore` (a timed run's clock-fed keys, found by rerunning it). Equal means
 equal to the bit unless a relative tolerance is given. Used by scripts/summary_diff.py (two trees' run folders)
 and by the report's carry (results/report/carry.py).
 """
@@ -14,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-MACHINE_KEYS = frozenset({"wall_s", "iterations_per_wall_s", "metadata"})
+MACHINE_KEYS = frozenset({"wall_s", "iterations_per_wall_s", "metadata", "code_version", "git_commit", "git_dirty",
+                          "result_code"})
 TABLES = ("iterations.parquet", "requests.parquet")
 COMPARED_SUFFIXES = (".json", ".csv", ".parquet")
 NOT_COMPARED = frozenset({"run.json", "step.json", "error.json"})   # the record's identity and stamps, not results
@@ -46,7 +48,7 @@ def diff_table(a: pd.DataFrame, b: pd.DataFrame, rel: float = 0.0, ignore: froze
         return [f"shape or columns differ: {a.shape} {list(a.columns)} -> {b.shape} {list(b.columns)}"]
     out = []
     for column in a.columns:
-        if column in ignore:
+        if column in ignore or column in MACHINE_KEYS:
             continue
         x, y = a[column], b[column]
         if x.dtype.kind == "f" and rel > 0:

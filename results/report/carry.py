@@ -133,8 +133,9 @@ def wait_all(started: list[tuple[subprocess.Popen, Path]]) -> list[str]:
 
 
 def check_step(step: Step, base: Path, work: Path, count: int, seed: int, env: dict) -> tuple[int, list[str]]:
-    """Rerun `step`'s sample at the base tree and here; (equal reruns, problems naming the run and the key)."""
-    problems, equal = [], 0
+    """Rerun `step`'s sample at the base tree and here; (equal reruns, problems naming the run and the key). A timed
+    step's (or a study's) clock-fed keys are the union, over its samples, of the keys two runs here disagree on."""
+    problems, clock, ran = [], set(), []
     for sample in samples(step, count, seed):
         old_sample = sample if sample.run else samples(tree_step(base, step.name), count, seed)[0]
         old, new, again = (work / step.name / side / sample.name for side in ("base", "here", "again"))
@@ -147,24 +148,22 @@ def check_step(step: Step, base: Path, work: Path, count: int, seed: int, env: d
         failed = wait_all(runs)
         if runs[0][1] == old.parent and runs[0][0].returncode == 0:
             done.write_text(" ".join(old_sample.args) + "\n")
+        if not failed and (step.timed or not sample.run):   # what the clock feeds: keys two runs here disagree on
+            failed = wait_all([(rerun(ROOT, sample, again, env, again.parent / f"{sample.name}.log"), again.parent)])
+            if not failed:
+                clock |= varying_keys(new, again)
         if failed:
             problems += [f"{step.name} {sample.name}: a rerun failed ({f})" for f in failed]
             continue
-        ignore = frozenset()
-        if step.timed or not sample.run:   # what the clock feeds: keys two runs of this code disagree on
-            failed = wait_all([(rerun(ROOT, sample, again, env, again.parent / f"{sample.name}.log"), again.parent)])
-            if failed:
-                problems += [f"{step.name} {sample.name}: a rerun failed ({f})" for f in failed]
-                continue
-            ignore = varying_keys(new, again)
-        if sample.run:
-            found = diff_run_folders(old, new, ignore)
-        else:
-            found = diff_folders(old, new, ignore=ignore)
+        ran.append((sample, old, new))
+    equal = 0
+    for sample, old, new in ran:
+        found = diff_run_folders(old, new, frozenset(clock)) if sample.run else diff_folders(old, new,
+                                                                                           ignore=frozenset(clock))
         problems += [f"{step.name} {sample.name} ({' '.join(sample.args)}): {p}" for p in found]
         equal += not found
         print(f"  {sample.name}: {'equal' if not found else f'{len(found)} differences'}"
-              f"{f' (clock: {len(ignore)} keys left out)' if ignore else ''}", flush=True)
+              f"{f' (clock: {len(clock)} keys left out)' if clock else ''}", flush=True)
     return equal, problems
 
 
@@ -245,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             step, row = steps[name], rows[name]
             commit = base_commit(row)
             if commit not in worktrees:
-                worktrees[commit] = work / f"tree-{commit}"
+                worktrees[commit] = work / f"tree-{commit}-{os.getpid()}"
                 subprocess.run(["git", "worktree", "add", "--detach", "-q", str(worktrees[commit]), commit],
                                cwd=ROOT, check=True)
             env["PAGEDBENCH_RESULT_SCOPE"] = step.code
