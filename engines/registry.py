@@ -3,6 +3,7 @@
     ENGINES                 every engine variant, in the baseline order: weakest first, paged last
     entry("orca_max")       one variant by its name (the `engine=` option that selects it, conf/engine/)
     entry_of_label(label)   one variant by its label (what records, tables and plots name it)
+    label("orca_max")       a variant's label; color(label) its plot colour; rank(label) its place in ENGINES
     engine_config(d)        a typed config of an `engine` group (the class its `name` kind says)
     baselines()             the contiguous baselines, closest to paged first: the order of ratio columns
 
@@ -114,6 +115,11 @@ def label(name: str) -> str:
 def color(label_or_peer: str) -> str:
     """The plot colour of an engine's label; one shared colour for anything else (a peer)."""
     return next((e.color for e in ENGINES if e.label == label_or_peer), OTHER_COLOR)
+
+
+def rank(label_or_peer: str) -> int:
+    """The place of an engine's label in the baseline order (ENGINES); anything else (a peer) after them all."""
+    return next((i for i, e in enumerate(ENGINES) if e.label == label_or_peer), len(ENGINES))
 
 
 def baselines(names: tuple[str, ...] | None = None) -> tuple[EngineEntry, ...]:

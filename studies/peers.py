@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 
+from pagedbench.engines import registry
 from pagedbench.engines.peers.server_process import free_port, launched
 from pagedbench.paths import ROOT
 
@@ -42,7 +43,7 @@ MODEL = "tiny-llama"
 KV_MIB = 64
 BLOCK = 16
 MAX_BATCH_TOKENS = 2048   # limits.max_num_batched_tokens, as the in-process peer's
-ENGINES = ("static", "orca_max", "paged")
+ENGINES = tuple(registry.entry(name).name for name in ("static", "orca_max", "paged"))   # ours, by registry name
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
 FIGURES = ("output_tokens_per_s", "ttft_s_mean", "tpot_s_mean", "e2e_latency_s_mean", "wall_s")
 
@@ -54,7 +55,7 @@ class Row:
     http: bool
 
 
-ROWS = [Row(f"{e.replace('_', '-')} ({'HTTP' if h else 'in process'})", e, h) for e in ENGINES for h in (False, True)]
+ROWS = [Row(f"{registry.label(e)} ({'HTTP' if h else 'in process'})", e, h) for e in ENGINES for h in (False, True)]
 ROWS += [Row("transformers-cb (in process)", "transformers", False), Row("transformers-cb (HTTP)", "transformers", True)]
 
 

@@ -27,13 +27,15 @@ import sys
 
 import pandas as pd
 
+from pagedbench.engines import registry
 from pagedbench.paths import OUTPUTS, ROOT
 from pagedbench.results.record.store import atomic_write
 from pagedbench.results.report.paper import paper
 from pagedbench.results.sweeps.capacity import CAPACITY_CSV
 
-ENGINES = "paged,orca_oracle,orca_max"
-BASELINES = ("orca-oracle", "orca-max")
+BASES = registry.baselines(("orca_oracle", "orca_max"))   # the Orca variants paged is compared against
+ENGINES = ",".join(e.name for e in (registry.entry("paged"), *BASES))   # the sweep's engine= option
+BASELINES = tuple(e.label for e in BASES)
 SEARCH = ["hydra/sweeper=capacity", "hydra/launcher=local", "backend=sim", "model=opt-13b", "hardware=a100-40gb",
           "workload.arrival=poisson", "workload.duration_s=600", "workload.seed=0", "hydra.sweeper.precision=0.03",
           "hydra.sweeper.criteria=[{name:latency,threshold:0.2}]", "logger=none", "progress=false"]

@@ -148,3 +148,82 @@ def test_no_import_circle_type_only_or_not():
         if name not in state:
             walk(name, [name])
     assert not circles, f"import circles: {[' -> '.join(c) for c in circles]}"
+
+
+def docstring_nodes(tree: ast.AST) -> set[int]:
+    """The ids of a module's, classes' and functions' docstring constants."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) \
+                    and isinstance(first.value.value, str):
+                found.add(id(first.value))
+    return found
+
+
+def test_no_code_spells_an_engine_label():
+    """An engine is spelled once, by its registry name (`orca_max`); its label (`orca-max`, what records hold) is
+    derived by engines/registry.py. No string in the code (docstrings aside) spells a hyphenated label."""
+    from pagedbench.engines import registry
+
+    labels = [e.label for e in registry.ENGINES if e.label != e.name]
+    assert labels == ["orca-max", "orca-pow2", "orca-oracle"]
+    bad = []
+    for folder in ("engines", "results", "studies", "workloads", "hydra_plugins", "pagedbench"):
+        for path in python_files(folder):
+            tree = ast.parse(path.read_text())
+            docs = docstring_nodes(tree)
+            bad += [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs
+                    and any(label in node.value for label in labels)]
+    assert not bad, "engine labels spelled in code (use engines/registry.py):\n" + "\n".join(bad)
+
+
+REPORT = "pagedbench.results.report"
+
+
+def report_imports(path: Path) -> set[str]:
+    """The modules of the report's package (their short names) that a file imports, at the top or inside a
+    function, `from pagedbench.results.report import sharing` included."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module == REPORT:
+            names.update(f"{REPORT}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return {n.removeprefix(REPORT + ".") for n in names if n.startswith(REPORT + ".")}
+
+
+def section_modules() -> set[str]:
+    """The report's section modules, read from the one list of its sections (`parts` in write.compose): the
+    module each part's maker is imported from; and headline, the README's results block."""
+    tree = ast.parse((ROOT / "results" / "report" / "write.py").read_text())
+    source = {a.asname or a.name: node.module.removeprefix(REPORT + ".") for node in tree.body
+              if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(REPORT + ".") for a in node.names}
+    compose = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "compose")
+    parts = next(n.value for n in ast.walk(compose) if isinstance(n, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == "parts" for t in n.targets))
+    makers = []
+    for part in parts.elts:
+        maker = part.elts[1]
+        maker = maker.body if isinstance(maker, ast.Lambda) else maker
+        if isinstance(maker, ast.Call) and isinstance(maker.func, ast.Name) and maker.func.id == "Section":
+            maker = maker.args[0]   # Section(kernels()): the text's maker
+        maker = maker.func if isinstance(maker, ast.Call) else maker
+        if isinstance(maker, ast.Name) and maker.id in source:
+            makers.append(source[maker.id])
+    return {*makers, "headline"}
+
+
+def test_report_sections_are_siblings():
+    """A section module imports shared helpers (tables, bounds, markdown, read, ...) and reads its own records,
+    never another section: what two sections show is computed once in a helper."""
+    sections = section_modules()
+    assert {"paper_sections", "sharing", "swapping", "beams", "backend_sections", "peers", "sensitivity",
+            "kernels", "headline"} <= sections
+    folder = ROOT / "results" / "report"
+    borrowed = {name: sorted(report_imports(folder / f"{name}.py") & (sections - {name})) for name in sections}
+    assert not {k: v for k, v in borrowed.items() if v}, f"sections importing other sections: {borrowed}"

@@ -12,10 +12,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from pagedbench.engines import registry
 from pagedbench.results.report.section import Section, shown, step_missing, typed_command
 from pagedbench.results.report.replay_table import format_table, misses, targets
 from pagedbench.results.report.markdown import num, pct, table
-from pagedbench.results.report.paper_sections import ENGINES
 from pagedbench.results.report.template import render
 from pagedbench.results.report.read import read_parquet
 
@@ -86,12 +86,12 @@ def section_real(folder: Path, static_reference: Path | None = None, hf_generate
         return Section(not_run=[step_missing("real_cpu", folder)])
     reference, missing = outside_reference(static_reference, hf_generate)
     summaries = {json.loads(p.read_text())["engine"]: json.loads(p.read_text()) for p in runs}
-    ordered = sorted(summaries.items(), key=lambda kv: ENGINES.index(kv[0]))
+    ordered = sorted(summaries.items(), key=lambda kv: registry.rank(kv[0]))
     rows = [[e, num(s["output_tokens_per_s"], ".1f"), num(s["mean_batch_size"], ".2f"), pct(s["mem_token_states"]),
              pct(s["mem_waiting_token_states"]), num(s["wall_s"], ".0f")] for e, s in ordered]
     paged = summaries.get("paged")
     ratios = [(base, paged["output_tokens_per_s"] / summaries[base]["output_tokens_per_s"])
-              for base in ("static", "orca-max") if paged and base in summaries]
+              for base in (registry.label("static"), registry.label("orca_max")) if paged and base in summaries]
     steps = step_times(folder)
     config = ordered[0][1]
     text = render("backend_real.md.j2", command=typed_command("real_cpu"), folder=shown(folder),

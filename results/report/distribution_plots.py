@@ -9,10 +9,10 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 import pandas as pd
 
+from pagedbench.engines import registry
 from pagedbench.results.record.store import read_summary
 from pagedbench.results.record.summary import request_latencies
-from pagedbench.results.report.plots import engine_color, legend_outside, numeric, panel_grid, rate_label, save_figure
-from pagedbench.results.sweeps.collect import engine_rank
+from pagedbench.results.report.plots import legend_outside, numeric, panel_grid, rate_label, save_figure
 from pagedbench.results.report.read import read_parquet
 
 
@@ -57,7 +57,7 @@ def latency_distribution_figure(run_dirs: Sequence[Path]) -> Figure | None:
     pooled = {k: v for k, v in pooled.items() if len(v)}
     if not pooled:
         return None
-    keys = sorted(pooled, key=lambda k: (engine_rank(k[0]), k[0], k[1] or 0))
+    keys = sorted(pooled, key=lambda k: (registry.rank(k[0]), k[0], k[1] or 0))
     blocks = {e: [b for k, b in keys if k == e] for e, _ in keys}   # an engine at several block sizes: a style each
     fig, axes = panel_grid(2, 4.6, 3.4)
     for ax, column, label in zip(axes, ("ttft_s", "tpot_s"), ("TTFT (s)", "TPOT (s/token)")):
@@ -69,7 +69,7 @@ def latency_distribution_figure(run_dirs: Sequence[Path]) -> Figure | None:
             mine = blocks[engine]
             name = f"{engine} (block {block})" if len(mine) > 1 else engine
             n_seeds = len(seeds_of[(engine, block)])
-            ax.ecdf(values, color=engine_color(engine), linestyle=("-", "--", ":", "-.")[mine.index(block) % 4],
+            ax.ecdf(values, color=registry.color(engine), linestyle=("-", "--", ":", "-.")[mine.index(block) % 4],
                     label=f"{name}: {len(values):,} requests" + (f", {n_seeds} seeds" if n_seeds > 1 else ""))
             drawn.append(values)
         spread = pd.concat(drawn) if drawn else pd.Series(dtype=float)

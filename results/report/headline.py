@@ -18,12 +18,12 @@ import sys
 from pagedbench.paths import OUTPUTS, README
 from pagedbench.results.record.result_code import result_code
 from pagedbench.results.report.paper import reference
-from pagedbench.results.report.paper_sections import CAPACITY_HEADER, MEMORY_HEADER, capacity_tables, memory_rows
 from pagedbench.results.report.read import load, load_capacity
 from pagedbench.results.report.section import step_command
 from pagedbench.results.report.setup import trace_setup
-from pagedbench.results.report.sharing import BASELINES, capacity_rows
 from pagedbench.results.report.steps import step
+from pagedbench.results.report.tables import (CAPACITY_HEADER, MEMORY_HEADER, ORACLE_RATIO, SAVING, capacity_rows,
+                                              capacity_tables, memory_rows)
 from pagedbench.results.report.template import render
 from pagedbench.results.report.write import step_records
 
@@ -32,9 +32,6 @@ README_END = "<!-- /results -->"
 CODE = re.compile(r"result-affecting code `([^`]+)`")
 SHARING_STEPS = ("sampling", "beam", "prefix", "chat")
 HEADLINE_STEPS = ("memory_waste", "capacity", *SHARING_STEPS)
-# sharing.capacity_rows' columns: setting, each baseline's capacity, paged's, paged over each baseline, saving
-ORACLE_RATIO = 2 + len(BASELINES) + BASELINES.index("orca-oracle")
-SAVING = 2 + 2 * len(BASELINES)
 
 
 def headline(root: Path = OUTPUTS) -> str:

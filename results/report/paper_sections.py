@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pagedbench.engines import registry
 from pagedbench.engines.kv.budget import GiB, kv_budget
 from pagedbench.engines.specs.presets import load_hardware, load_model
 from pagedbench.paths import EXPERIMENTS
@@ -23,18 +24,13 @@ from pagedbench.results.report.plots import (has_curve, plot_batch_size, plot_bl
 from pagedbench.results.report.read import load, load_capacity, read_parquet
 from pagedbench.results.report.setup import SECONDS_PER_HOUR, duration_words, trace_setup
 from pagedbench.results.report.section import Section, shown, step_command, step_not_run
+from pagedbench.results.report.tables import CAPACITY_HEADER, MEMORY_HEADER, capacity_tables, memory_rows
 from pagedbench.results.report.template import render
 from pagedbench.results.sweeps.capacity import capacity_summary, ratio_summary, ratio_table
 from pagedbench.results.sweeps.sustainable import ratio_bound
 
-CATS = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
-ENGINES = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
-BASELINES = ("orca-oracle", "orca-pow2", "orca-max", "static")
+ORACLE, MAX = registry.label("orca_oracle"), registry.label("orca_max")
 TRACE_LENGTH_STEP = "capacity_1000_requests"
-CAPACITY_HEADER = ["workload", *ENGINES, *(f"paged / {b}" for b in BASELINES)]
-MEMORY_HEADER = ["engine", "token states", "reservation", "internal frag.", "ext. frag. & others", "free",
-                 "token states, whole run", "batch", "paper (tokens / reserv. / internal / ext.)",
-                 "token states: ours - paper"]
 
 
 def section_table1() -> Section:
@@ -66,13 +62,13 @@ def trace_length_effect(capacity: pd.DataFrame, short: pd.DataFrame, root: Path 
         return (float(r["capacity"].iloc[0]), r["bound"].iloc[0]) if len(r) else (math.nan, "=")
 
     def ratio(table) -> str:
-        (paged, paged_bound), (oracle, oracle_bound) = at(table, "paged"), at(table, "orca-oracle")
+        (paged, paged_bound), (oracle, oracle_bound) = at(table, "paged"), at(table, ORACLE)
         return num(paged / oracle, ".2f") + "x" + bound_note(ratio_bound(paged_bound, oracle_bound))
 
     rows = []
-    for engine in ("orca-oracle", "paged"):
+    for engine in (ORACLE, "paged"):
         rows.append([engine, *(num(c, ".3g") + bound_note(b) for c, b in (at(short, engine), at(capacity, engine)))])
-    rows.append(["paged / orca-oracle", ratio(short), ratio(capacity)])
+    rows.append([f"paged / {ORACLE}", ratio(short), ratio(capacity)])
     long = trace_setup(runs)
     duration = long["durations"][0] if len(long["durations"]) == 1 else math.nan
     return render("paper_trace_length.md.j2", c=criteria(), command=step_command(TRACE_LENGTH_STEP, root), rows=rows,
@@ -112,7 +108,7 @@ def section_method(capacity: pd.DataFrame | None, short: pd.DataFrame | None = N
         rows.append([workload, f"paged / {baseline}", f"{old:.2f}x", cell])
     caps = capacity_summary(capacity)
     knee = caps[caps["criterion"].str.startswith("latency") & caps["workload"].str.startswith("alpaca")
-                & (caps["engine"] == "orca-max")]["mean"]
+                & (caps["engine"] == MAX)]["mean"]
     text += render("paper_method_ratios.md.j2", c=c, commit=earlier.commit, rows=rows, setup=setup,
                    knee=float(knee.iloc[0]) if len(knee) else None)
     root = Path(short_dir).parent.parent
@@ -132,24 +128,6 @@ def section_memory(df: pd.DataFrame | None, figures: Path, sweep: Path) -> Secti
                           requests=int(first["num_requests"]), model=first["model"], hardware=first["hardware"],
                           block_size=df["block_size"].dropna().max(), c=criteria(), header=MEMORY_HEADER,
                           rows=memory_rows(df), lengths=trace_lengths(df, sweep), paper=reference()), has_runs=True)
-
-
-def memory_rows(df: pd.DataFrame) -> list[list[str]]:
-    """Figure 2's table (MEMORY_HEADER): each engine's KV split over the steady window, its whole-run token states,
-    its batch, and the paper's split beside it."""
-    rows = []
-    for engine in ENGINES:
-        r = df[df["engine"] == engine]
-        if not len(r):
-            continue
-        r = r.iloc[0]
-        paper_split = paper().figure2.get(engine)
-        diff = f"{100 * r['steady_mem_token_states'] - paper_split[0]:+.1f}" if paper_split else ""
-        rows.append([engine, *(pct(r[f"steady_mem_{c}"]) for c in CATS), pct(r["mem_token_states"]),
-                     num(r["steady_mean_batch_size"], ".1f"),
-                     " / ".join("-" if p is None else f"{p}" for p in paper_split) if paper_split else "not reported",
-                     diff])
-    return rows
 
 
 def trace_lengths(df: pd.DataFrame, sweep: Path) -> dict[str, float] | None:
@@ -176,34 +154,6 @@ def section_capacity(capacity: pd.DataFrame | None, runs: pd.DataFrame | None, f
     return Section(text, has_runs=True, warnings=capacity_warnings(capacity, experiments / "capacity"))
 
 
-def capacity_tables(capacity: pd.DataFrame) -> list[tuple[str, list[list[str]]]]:
-    """Per criterion (the latency criterion first): one row per workload, each engine's capacity and paged's ratio
-    over each baseline, as mean (min-max) over seeds (Figure 12's tables: CAPACITY_HEADER)."""
-    caps = capacity_summary(capacity)
-    rel = ratio_summary(ratio_table(capacity))
-    tables = []
-    for criterion in sorted(caps["criterion"].unique(), key=lambda c: not c.startswith("latency")):
-        rows = []
-        for workload in sorted(caps["workload"].unique()):
-            c = caps[(caps["criterion"] == criterion) & (caps["workload"] == workload)].set_index("engine")
-            q = rel[(rel["criterion"] == criterion) & (rel["workload"] == workload)].set_index("baseline")
-            cells = [workload]
-            for engine in ENGINES:
-                cells.append(spread(c, engine, "{:.3g}") if engine in c.index else "n/a")
-            for base in BASELINES:
-                cells.append(spread(q, base, "{:.2f}x") if base in q.index else "n/a")
-            rows.append(cells)
-        tables.append((criterion, rows))
-    return tables
-
-
-def spread(table_: pd.DataFrame, key: str, spec: str) -> str:
-    row = table_.loc[key]
-    if isinstance(row, pd.DataFrame):
-        row = row.iloc[0]
-    return f"{spec.format(row['mean'])} ({spec.format(row['min'])}-{spec.format(row['max'])}){bound_note(row['bound'])}"
-
-
 def section_batch(df: pd.DataFrame | None, figures: Path, experiments: Path = EXPERIMENTS) -> Section:
     if df is None:
         return Section(not_run=[step_not_run("batch_size", experiments.parent)])
@@ -212,7 +162,7 @@ def section_batch(df: pd.DataFrame | None, figures: Path, experiments: Path = EX
     for (workload, rate), g in df.groupby(["workload", "request_rate"]):
         by = g.set_index("engine")["steady_mean_batch_size"]
         paper_batch = paper().figure13.get((workload, float(rate)))
-        rows.append([workload, num(rate, "g"), *(num(by.get(e, math.nan), ".2f") for e in ENGINES),
+        rows.append([workload, num(rate, "g"), *(num(by.get(e, math.nan), ".2f") for e in registry.LABELS),
                      " / ".join(f"{p:.2f}" for p in paper_batch) if paper_batch else ""])
     # The paper's settings: its rate, and vLLM's batch over Orca (Oracle)'s (batch: orca max / pow2 / oracle / vLLM).
     settings = {workload: {"rate": rate, "ratio": batch[3] / batch[2]}
@@ -220,7 +170,8 @@ def section_batch(df: pd.DataFrame | None, figures: Path, experiments: Path = EX
     sharegpt = settings["sharegpt"]
     alpaca = next(v for k, v in settings.items() if k.startswith("alpaca"))
     return Section(render("paper_batch.md.j2", command=step_command("batch_size", experiments.parent),
-                          engines=ENGINES, rows=rows, **orca_max_batch(df), saturated=saturated(df), setup=trace_setup(df),
+                          engines=registry.LABELS, rows=rows, **orca_max_batch(df), saturated=saturated(df),
+                          setup=trace_setup(df),
                           sharegpt=sharegpt, alpaca=alpaca,
                           share=capacity_share(experiments, "sharegpt", sharegpt["rate"]),
                           output=mean_output(df, experiments / "batch_size", "sharegpt", sharegpt["rate"]),
@@ -230,7 +181,7 @@ def section_batch(df: pd.DataFrame | None, figures: Path, experiments: Path = EX
 def orca_max_batch(df: pd.DataFrame) -> dict:
     """Orca (Max)'s mean batch at each workload's highest rate, where memory binds (one figure, or low-high), the
     paper's, and how many regions of max_seq_len slots the KV budget of its runs holds."""
-    top = df[(df["engine"] == "orca-max")
+    top = df[(df["engine"] == MAX)
              & (df["request_rate"] == df.groupby("workload")["request_rate"].transform("max"))]
     if not len(top):
         return {"orca_max": None, "paper_orca_max": None, "regions": None, "region_slots": None}
@@ -250,9 +201,9 @@ def saturated(df: pd.DataFrame) -> list[dict]:
     notes = []
     for workload, share in df.groupby("workload"):
         top = share[share["request_rate"] == share["request_rate"].max()].set_index("engine")["steady_mean_batch_size"]
-        if "paged" in top and "orca-oracle" in top:
+        if "paged" in top and ORACLE in top:
             notes.append({"workload": workload, "rate": share["request_rate"].max(),
-                          "ratio": top["paged"] / top["orca-oracle"]})
+                          "ratio": top["paged"] / top[ORACLE]})
     return notes
 
 

@@ -30,13 +30,11 @@ import matplotlib.pyplot as plt   # noqa: E402
 import numpy as np   # noqa: E402
 import pandas as pd   # noqa: E402
 
-from pagedbench.results.sweeps.collect import engine_rank   # noqa: E402
+from pagedbench.engines import registry   # noqa: E402
 from pagedbench.results.record.store import atomic_write   # noqa: E402
 from pagedbench.results.sweeps.sustainable import DEFAULT_THRESHOLD   # noqa: E402
 
-ENGINE_COLORS = {"static": "#7f7f7f", "orca-max": "#d62728", "orca-pow2": "#ff7f0e",
-                 "orca-oracle": "#9467bd", "paged": "#1f77b4"}
-# Colours of the KV split, apart from the engines' colours.
+# Colours of the KV split, apart from the engines' colours (`registry.color`).
 MEMORY_PARTS = (("token_states", "token states", "#2ca02c"), ("reservation", "reservation", "#98df8a"),
                 ("internal_fragmentation", "internal frag.", "#8c564b"),
                 ("external_fragmentation", "external frag. & others", "#e377c2"), ("free", "free", "#e0e0e0"))
@@ -46,10 +44,6 @@ DEFAULT_BLOCK_SIZE = 16
 FIGURE_NAMES = ("memory_waste.png", "memory_waste_while_waiting.png", "latency_vs_rate.png",
                 "batch_size.png", "block_size.png")
 DPI = 150
-
-
-def engine_color(engine: str) -> str:
-    return ENGINE_COLORS.get(engine, "#17becf")
 
 
 def numeric(df: pd.DataFrame, column: str) -> pd.Series:
@@ -101,7 +95,7 @@ def default_block(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def engines_in(df: pd.DataFrame) -> list[str]:
-    return sorted(df["engine"].dropna().unique(), key=lambda e: (engine_rank(e), e))
+    return sorted(df["engine"].dropna().unique(), key=lambda e: (registry.rank(e), e))
 
 
 def engine_label(df: pd.DataFrame, engine: str) -> str:
@@ -204,7 +198,7 @@ def plot_memory_waste(df: pd.DataFrame, path: Path, prefix: str = "mem", rate: f
                     bbox=None if inside else {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none"})
         ax.set_yticks(y, [engine_label(chosen, e) for e in engines])
         for tick, engine in zip(ax.get_yticklabels(), engines):
-            tick.set_color(engine_color(engine))
+            tick.set_color(registry.color(engine))
         ax.set_xlim(0, 100)
         ax.set_xlabel("% of the KV budget")
         when = {"mem": "over the run", "mem_waiting": "while requests wait",
@@ -244,7 +238,7 @@ def draw_seed_curves(ax, panel: pd.DataFrame, engine: str) -> None:
     """One thin line per seed (runs repeated at one seed and rate averaged), gid "seed:ENGINE:SEED"; with two or
     more seeds, their mean at the rates every seed ran, gid "mean:ENGINE". Different seeds' rates are never
     averaged together: a capacity search probes each seed at its own rates."""
-    color, label = engine_color(engine), engine_label(panel, engine)
+    color, label = registry.color(engine), engine_label(panel, engine)
     mine = panel[(panel["engine"] == engine) & panel["latency"].notna()]
     by_seed = mine.groupby(["rate", "seed"])["latency"].mean().unstack("seed")   # [rates, seeds]
     single = by_seed.shape[1] == 1
@@ -325,7 +319,7 @@ def plot_batch_size(df: pd.DataFrame, path: Path) -> Path:
             heights = [mine.loc[(mine["rate"] == r) | (mine["rate"].isna() & math.isnan(r)), "batch"].mean()
                        for r in rates]
             x = np.arange(len(rates)) + (i - (len(engines) - 1) / 2) * width
-            bars = ax.bar(x, heights, width, color=engine_color(engine), label=engine_label(panel, engine))
+            bars = ax.bar(x, heights, width, color=registry.color(engine), label=engine_label(panel, engine))
             ax.bar_label(bars, labels=["" if math.isnan(h) else f"{h:.1f}" for h in heights], fontsize=6,
                          padding=1)
         ax.set_xticks(np.arange(len(rates)), [rate_label(r) for r in rates])

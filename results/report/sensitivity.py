@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from pagedbench.engines import registry
 from pagedbench.results.report.criteria import criteria
 from pagedbench.results.report.section import Section, shown, step_command, step_not_run
 from pagedbench.results.report.template import render
@@ -49,7 +50,7 @@ def table(t: pd.DataFrame) -> str:
                           if r is not None and not pd.isna(r)]
                 claim = float(gb["claim"].iloc[0])
                 # The paper's factor is over Orca (Oracle); over Max only "paged ahead" is judged.
-                judged = (verdict(values, claim) if base == "orca-oracle"
+                judged = (verdict(values, claim) if base == registry.label("orca_oracle")
                           else "paged ahead throughout" if min(values) >= 1 else verdict(values, 1.0))
                 lines.append("| " + " | ".join([
                     str(gb["label"].iloc[0]), name, f"{low['value']:g} / preset / {high['value']:g}", base,

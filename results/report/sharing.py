@@ -7,7 +7,9 @@ beside ours; a part without runs is left out and named by its step of the build
 a ratio with one in it. The code computes the tables, the figures and the values the prose quotes; the prose
 is in docs/report/templates/sharing_*.md.j2, the paper's numbers in data/reference/paper.yaml, the criteria in
 the config (`criteria`), the commands in docs/report/steps.yaml. `pagedbench.results.report.write` puts the sections in
-the report; the beam model's parts are in `beams`, swapping's (Figure 19) in `swapping`.
+the report; the beam model's check against the real backend is in `beams`, swapping's (Figure 19) in `swapping`;
+the tables this module shares with them and with the README's block (`capacity_rows`, `preemption_rows`) are in
+`tables`. Beam persistence's calibration (`section_persistence`) is part of the parallel sampling section.
 """
 from __future__ import annotations
 
@@ -16,9 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from pagedbench.engines.sim.build import SimBackendConfig
 from pagedbench.results.record.identity import RUN_RECORD
-from pagedbench.results.report.beams import section_persistence
-from pagedbench.results.report.bounds import bound_note, capacity_part, capacity_warnings, ratio_cell
+from pagedbench.results.report.bounds import bound_note, capacity_part, capacity_warnings
 from pagedbench.results.report.criteria import criteria
 from pagedbench.results.report.distribution_plots import plot_latency_distributions, runs_at_rate
 from pagedbench.results.report.markdown import num, pct, table
@@ -29,63 +31,16 @@ from pagedbench.results.report.setup import trace_setup
 from pagedbench.results.report.sharing_plots import (plot_beam, plot_chat, plot_prefix, plot_sampling, plot_sharegpt_saving,
                                           setting)
 from pagedbench.results.report.steps import step
-from pagedbench.results.report.swapping import preemption_rows
+from pagedbench.results.report.tables import (BASELINES, ORACLE, ORACLE_RATIO, RATIOS, SAVING, capacity_rows,
+                                              preemption_rows)
 from pagedbench.results.report.template import render
 from pagedbench.results.sweeps.capacity import combined_bound
 from pagedbench.results.sweeps.sustainable import ratio_bound
 
-BASELINES = ("orca-max", "orca-pow2", "orca-oracle")
-LIMIT_WORDS = {"memory": "memory", "max_num_seqs": "row cap", "token_budget": "token budget"}
 ROW_CAP = "limits.max_num_seqs"
 DISTRIBUTION_WORKLOAD = "alpaca_synthetic_beam2"   # the beam search's setting whose latencies are drawn
 REAL = ("sampling_real", "beam_real", "prefix_real", "chat_real")   # the real CPU backend's steps, Figures 14-17
 REAL_PART = "Real CPU backend, "   # how their steps' titles start; the rest names the part in the section
-
-
-def binding_limit(runs: pd.DataFrame) -> str:
-    """Which limit kept waiting requests out in the runs at capacity (mean over seeds of each limit's share of the
-    steady window's iterations with a queue), with the KV left free and the preemptions (mean over seeds): "row
-    cap 97%, KV 45% free"; "n/a" for a capacity table written before these were recorded. The shares need not
-    add to 100%: while preempted (swapped) groups wait to come back, they go first and no limit is named."""
-    columns = [f"blocked_by_{limit}_at_capacity" for limit in LIMIT_WORDS]
-    if not len(runs) or any(c not in runs for c in columns) or runs[columns].isna().all().all():
-        return "n/a"
-    shares = runs[columns].mean()
-    top = shares.idxmax()
-    if not shares[top] > 0:
-        return "none (no queue)"
-    limit = top.removeprefix("blocked_by_").removesuffix("_at_capacity")
-    free = runs["mem_free_at_capacity"].mean() if "mem_free_at_capacity" in runs else float("nan")
-    text = f"{LIMIT_WORDS[limit]} {100 * shares[top]:.0f}%, KV {pct(free)}% free"
-    preempted = runs["preemptions_at_capacity"].mean() if "preemptions_at_capacity" in runs else float("nan")
-    return text + (f", {preempted:,.0f} preemptions" if preempted > 0 else "")
-
-
-def capacity_rows(cap: pd.DataFrame, criterion: str, paper_saving: dict | None = None) -> list[list[str]]:
-    """One row per workload setting: each engine's capacity (mean over seeds), paged over each baseline (mean
-    and min-max of the per-seed ratios), the memory saving in the paged run at its capacity (mean). A figure
-    that is only a bound (some seed's search did not bracket it) says which bound it is."""
-    rows = []
-    sub = cap[cap["criterion"].str.startswith(criterion)]
-    for workload, group in sub.groupby("workload", sort=False):
-        seeds = group.pivot_table(index="seed", columns="engine", values="capacity", aggfunc="mean")
-        bounds = group.groupby(["seed", "engine"])["bound"].agg(combined_bound).unstack().fillna("=")
-        caps = seeds.mean()
-        cells = [num(caps.get(e)) + (bound_note(combined_bound(bounds[e])) if e in bounds else "")
-                 for e in (*BASELINES, "paged")]
-        ratios = [ratio_cell(seeds["paged"] / seeds[b]) + bound_note(combined_bound(map(ratio_bound, bounds["paged"],
-                                                                                     bounds[b])))
-                  if "paged" in seeds and b in seeds else "n/a" for b in BASELINES]
-        paged = group[group["engine"] == "paged"]
-        saving = paged["memory_saving_at_capacity"].mean() if len(paged) else None
-        key = setting(workload)
-        row = [key] + cells + ratios
-        row.append(pct(saving))
-        row.append(binding_limit(paged))
-        if paper_saving is not None:
-            row.append(num(paper_saving.get(key)) if key in paper_saving else "-")
-        rows.append(row)
-    return rows
 
 
 def before_cell(experiment: str, key: str, saving: bool = True) -> str:
@@ -166,7 +121,7 @@ def paper_saving_ranges() -> dict[str, tuple[float, float]]:
 def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
     parts = [render("sharing_sampling_head.md.j2", criteria=criteria(), setup=trace_setup(load(experiments, "sampling")))]
     section = Section()
-    header = ["setting", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
+    header = ["setting", *BASELINES, "paged", *RATIOS, "saving %",
               "paged's binding limit", "paper saving %", f"before ({sharing_before().commit}): paged/oracle, saving %"]
     for name, label in (("sampling", "Parallel sampling"), ("beam", "Beam search")):
         cap = capacity_part(experiments, name, step(name).title, section)
@@ -178,7 +133,7 @@ def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
                             table=table(header, rows),
                             figure=figure(figures, name, plot_sampling if name == "sampling" else plot_beam, cap)))
         parts.append(render("sharing_goodput.md.j2", criteria=criteria(),
-                            ratios=[(r[0], r[7]) for r in capacity_rows(cap, "goodput")]))
+                            ratios=[(r[0], r[ORACLE_RATIO]) for r in capacity_rows(cap, "goodput")]))
         parts.append(raised_cap(experiments, name, header[:-2], section))
         if name == "beam":
             parts.append(latency_distributions(experiments, figures))
@@ -214,6 +169,34 @@ def section_sampling(experiments: Path, figures: Path | None = None) -> Section:
     return section
 
 
+def persistence_gap(savings: pd.DataFrame, target: dict) -> tuple[float, float] | None:
+    """How far, in points, the savings without persistence (0) run above the paper's: (least, most) over the
+    widths the paper gives; None when the grid has no persistence 0."""
+    if 0 not in savings.index:
+        return None
+    gaps = [savings.loc[0, w] - v for w, v in target.items() if v is not None]
+    return (min(gaps), max(gaps)) if gaps else None
+
+
+def section_persistence(path: Path) -> Section:
+    """The calibration of beam persistence to the paper's Figure 15 savings (pagedbench.studies.beam_persistence), read from
+    `path` (ROOT/beam_persistence/persistence.csv under the records' root ROOT)."""
+    if not path.is_file():
+        return Section(not_run=[step_not_run("beam_persistence", path.parent.parent)])
+    t = pd.read_csv(path)
+    savings = t.groupby(["persistence", "width"])["saving"].mean().unstack("width")
+    target = {w: paper().saving_alpaca.get(f"beam{w}") for w in savings.columns}
+    error = sum((savings[w] - v) ** 2 for w, v in target.items() if v is not None)
+    best, preset = error.idxmin(), SimBackendConfig().beam_persistence
+    rows = [[f"{p:g}" + (" (best fit)" if p == best else "") + (" (preset)" if p == preset else "")]
+            + [num(savings.loc[p, w], ".1f") for w in savings.columns] for p in savings.index]
+    rows.append(["paper"] + [num(target[w], ".1f") for w in savings.columns])
+    return Section(render("beams_persistence.md.j2", command=typed_command("beam_persistence"),
+                          rates=sorted(t["rate"].unique()), gap=persistence_gap(savings, target),
+                          table=table(["persistence", *[f"saving % at width {w}" for w in savings.columns]], rows)),
+                   has_runs=True)
+
+
 def trace_length_check(experiments: Path) -> str:
     """Parallel sampling's paged / oracle ratio on one-hour traces (the step sampling_1h, one seed) against the
     10-minute ones of the same seed."""
@@ -226,9 +209,9 @@ def trace_length_check(experiments: Path) -> str:
         t = table[(table["workload"] == workload) & (table["seed"] == seed)
                   & table["criterion"].str.startswith("latency")]
         caps, bounds = t.set_index("engine")["capacity"], t.set_index("engine")["bound"]
-        value = caps.get("paged", float("nan")) / caps.get("orca-oracle", float("nan"))
+        value = caps.get("paged", float("nan")) / caps.get(ORACLE, float("nan"))
         return (num(value, ".2f") + "x"
-                + bound_note(ratio_bound(bounds.get("paged", "="), bounds.get("orca-oracle", "="))))
+                + bound_note(ratio_bound(bounds.get("paged", "="), bounds.get(ORACLE, "="))))
 
     rows = [[setting(w), ratio(short, w), ratio(long, w)]
             for w in long["workload"].drop_duplicates()]
@@ -241,7 +224,7 @@ def section_prefix(experiments: Path, figures: Path | None = None) -> Section:
     cap = load_capacity(experiments, "prefix")
     if cap is None:
         return Section(not_run=[step_not_run("prefix", experiments.parent)])
-    header = ["prefix", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle", "saving %",
+    header = ["prefix", *BASELINES, "paged", *RATIOS, "saving %",
               "paged's binding limit", "paper paged/oracle", f"before ({sharing_before().commit}): paged/oracle"]
     paper_ratio = {f"{k}shot": f"{v}x" for k, v in paper().prefix_ratio.items()}
     rows = capacity_rows(cap, "latency")
@@ -257,12 +240,12 @@ def section_chat(experiments: Path, figures: Path | None = None) -> Section:
     cap = load_capacity(experiments, "chat")
     if cap is None:
         return Section(not_run=[step_not_run("chat", experiments.parent)])
-    header = ["criterion", *BASELINES, "paged", "paged/max", "paged/pow2", "paged/oracle",
+    header = ["criterion", *BASELINES, "paged", *RATIOS,
               f"before ({sharing_before().commit}): paged/oracle"]
     rows = []
     for crit in ("latency", "goodput"):
         for r in capacity_rows(cap, crit):
-            rows.append([crit] + r[1:8] + [before_cell("chat", "n1", saving=False) if crit == "latency" else "-"])
+            rows.append([crit] + r[1:SAVING] + [before_cell("chat", "n1", saving=False) if crit == "latency" else "-"])
     return Section(render("sharing_chat.md.j2", command=typed_command("chat"), paper=reference(),
                           setup=trace_setup(load(experiments, "chat")),
                           table=table(header, rows), figure=figure(figures, "chat", plot_chat, cap)),

@@ -31,11 +31,12 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 import yaml
 
+from pagedbench.engines import registry
 from pagedbench.engines.sim.swap_cost import swap_costs
 from pagedbench.engines.specs.presets import load_hardware, load_model
 from pagedbench.paths import REPORT_SOURCES
 from pagedbench.results.report.paper import paper
-from pagedbench.results.report.plots import engine_color, engines_in, legend_outside, panel_grid, save_figure, steady
+from pagedbench.results.report.plots import engines_in, legend_outside, panel_grid, save_figure, steady
 from pagedbench.results.sweeps.capacity import combined_bound
 
 PREEMPTION_COLORS = {"swap": "#1f77b4", "recompute": "#d62728"}
@@ -79,9 +80,10 @@ def seed_spread(rows: pd.DataFrame, keys: list[str], column: str = "capacity", s
 def oracle_ratio(rows: pd.DataFrame) -> float:
     """Paged / Orca (Oracle) capacity: the mean of the per-seed ratios (NaN without both)."""
     seeds = rows.pivot_table(index="seed", columns="engine", values="capacity", aggfunc="mean")
-    if not {"paged", "orca-oracle"} <= set(seeds):
+    oracle = registry.label("orca_oracle")
+    if not {"paged", oracle} <= set(seeds):
         return float("nan")
-    return float((seeds["paged"] / seeds["orca-oracle"]).mean())
+    return float((seeds["paged"] / seeds[oracle]).mean())
 
 
 def draw_capacity(ax, rows: pd.DataFrame, paper_ratio: Mapping[str, float] | None,
@@ -98,7 +100,7 @@ def draw_capacity(ax, rows: pd.DataFrame, paper_ratio: Mapping[str, float] | Non
         mine = stats[stats["engine"] == engine].set_index("setting").reindex(names)
         error = np.vstack([mine["mean"] - mine["low"], mine["high"] - mine["mean"]])
         bars = ax.bar(x + (i - (len(engines) - 1) / 2) * width, mine["mean"], width, yerr=error, capsize=2,
-                      color=engine_color(engine), label=engine, error_kw={"linewidth": 0.8})
+                      color=registry.color(engine), label=engine, error_kw={"linewidth": 0.8})
         for bar, bound in zip(bars, mine["bound"]):
             if isinstance(bound, str) and bound != "=":
                 bar.set_hatch("///")
@@ -127,7 +129,7 @@ def draw_saving(ax, rows: pd.DataFrame, paper_saving: PaperSaving) -> list[Patch
     names = list(stats["setting"])
     x = np.arange(len(names))
     error = np.vstack([stats["mean"] - stats["low"], stats["high"] - stats["mean"]])
-    bars = ax.bar(x - 0.2, stats["mean"], 0.4, yerr=error, capsize=2, color=engine_color("paged"), label="paged",
+    bars = ax.bar(x - 0.2, stats["mean"], 0.4, yerr=error, capsize=2, color=registry.color("paged"), label="paged",
                   error_kw={"linewidth": 0.8})
     ax.bar_label(bars, labels=[f"{v:.1f}" for v in stats["mean"]], fontsize=6, padding=1)
     keys = {}

@@ -12,16 +12,16 @@ import pandas as pd
 
 from pagedbench.engines.sim.swap_cost import swap_costs
 from pagedbench.engines.specs.presets import load_hardware, load_model
-from pagedbench.results.report.backend_sections import step_missing, typed_command
 from pagedbench.results.report.bounds import bound_note, capacity_part, ratio_cell
 from pagedbench.results.report.criteria import criteria
 from pagedbench.results.report.markdown import num, table
 from pagedbench.results.report.paper import reference, sharing_before
 from pagedbench.results.report.read import load, load_aggregate
 from pagedbench.results.report.sharing_plots import plot_swap_block_size, plot_swap_cost
-from pagedbench.results.report.section import Section, experiment_not_run
+from pagedbench.results.report.section import Section, experiment_not_run, step_missing, typed_command
 from pagedbench.results.report.setup import trace_setup
 from pagedbench.results.report.steps import step
+from pagedbench.results.report.tables import preemption_rows
 from pagedbench.results.report.template import render
 from pagedbench.results.sweeps.capacity import combined_bound
 
@@ -104,18 +104,4 @@ def swap_capacity_rows(cap: pd.DataFrame) -> list[list[str]]:
             cells.append(f"{c.mean():.3g}{spread}" + bound_note(bounds[p]))
         ratio = ratio_cell(seeds["swap"] / seeds["recompute"]) if {"swap", "recompute"} <= set(seeds) else "n/a"
         rows.append([str(int(bs)), *cells, ratio])
-    return rows
-
-
-def preemption_rows(agg: pd.DataFrame, metric: str, spec: str) -> list[list[str]]:
-    """Per block size: its request rate, `metric` and the preemptions, preempting by swap and by recompute."""
-    rows = []
-    for bs, g in agg.groupby("block_size"):
-        by = {p: s.iloc[0] for p, s in g.groupby("preemption")}
-        rate = g["request_rate"].iloc[0] if "request_rate" in g else None
-        cells = [num(rate)]
-        for p in ("swap", "recompute"):
-            s = by.get(p)
-            cells += ["n/a", "n/a"] if s is None else [num(s[metric], spec), num(s["num_preemptions"], ".0f")]
-        rows.append([str(int(bs)), *cells])
     return rows

@@ -47,8 +47,8 @@ import sys
 
 import pandas as pd
 
+from pagedbench.engines import registry
 from pagedbench.results.record.store import atomic_write, write_parquet
-from pagedbench.results.sweeps.collect import ENGINE_ORDER, engine_rank
 from pagedbench.results.sweeps.rate_search import RateSearch  # noqa: F401  (the search, imported from here too)
 from pagedbench.results.sweeps.sustainable import ratio_bound
 
@@ -188,7 +188,7 @@ def ratio_summary(ratios: pd.DataFrame) -> pd.DataFrame:
     if "bound_reason" not in ratios:
         ratios = ratios.assign(bound_reason="")
     out = _over_seeds(ratios, keys, "ratio")
-    order = [e for e in reversed(ENGINE_ORDER)]
+    order = [e.label for e in reversed(registry.ENGINES)]
     out["_rank"] = out["baseline"].map(lambda e: order.index(e) if e in order else len(order))
     return out.sort_values([*keys[:3], "_rank"]).drop(columns="_rank").reset_index(drop=True)
 
@@ -197,7 +197,7 @@ def capacity_summary(capacity: pd.DataFrame) -> pd.DataFrame:
     """Mean and min-max over seeds of each engine's capacity, with the mean's bound and why (see `ratio_summary`)."""
     keys = [c for c in ("workload", "model", "criterion", "engine", "block_size", "preemption") if c in capacity]
     out = _over_seeds(name_bounds(capacity[capacity["capacity"].notna()]), keys, "capacity")
-    out["_rank"] = out["engine"].map(engine_rank)
+    out["_rank"] = out["engine"].map(registry.rank)
     return out.sort_values([*keys[:3], "_rank"]).drop(columns="_rank").reset_index(drop=True)
 
 

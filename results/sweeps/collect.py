@@ -26,16 +26,11 @@ import shlex
 import pandas as pd
 import yaml
 
+from pagedbench.engines import registry
 from pagedbench.results.record.store import ERROR, REFUSED, SUMMARY
 
-ENGINE_ORDER = ("static", "orca-max", "orca-pow2", "orca-oracle", "paged")
 OVERRIDES = Path(".hydra") / "overrides.yaml"
 PROVENANCE = ("code_version", "git_commit", "git_dirty", "result_code")   # from each summary's metadata block
-
-
-def engine_rank(engine) -> int:
-    """Position of an engine in the paper's order; unknown engines after the known ones."""
-    return ENGINE_ORDER.index(engine) if engine in ENGINE_ORDER else len(ENGINE_ORDER)
 
 
 def run_dirs(sweep_dir: Path) -> list[Path]:
@@ -108,7 +103,7 @@ def sort_runs(df: pd.DataFrame) -> pd.DataFrame:
     keys = pd.DataFrame({
         "workload": df["workload"].astype(str) if "workload" in df else "",
         "model": df["model"].astype(str) if "model" in df else "",
-        "engine_rank": df["engine"].map(engine_rank) if "engine" in df else 0,
+        "engine_rank": df["engine"].map(registry.rank) if "engine" in df else 0,
         "engine": df["engine"].astype(str) if "engine" in df else "",
         "block": pd.to_numeric(df["block_size"], errors="coerce").fillna(-1) if "block_size" in df else 0,
         "rate": pd.to_numeric(df["request_rate"], errors="coerce").fillna(math.inf)

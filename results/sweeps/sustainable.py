@@ -39,7 +39,8 @@ import sys
 
 import pandas as pd
 
-from pagedbench.results.sweeps.collect import ENGINE_ORDER, check_sweep_dir, collect, engine_rank
+from pagedbench.engines import registry
+from pagedbench.results.sweeps.collect import check_sweep_dir, collect
 
 DEFAULT_THRESHOLD = 1.0   # s/token: the top of the paper's Figure 12 y-axis
 BY = ("workload", "model", "engine", "block_size")
@@ -90,7 +91,7 @@ def sustainable_rates(df: pd.DataFrame, threshold: float = DEFAULT_THRESHOLD, by
 
 def _sort(df: pd.DataFrame) -> pd.DataFrame:
     keys = [c for c in ("workload", "model") if c in df]
-    rank = df["engine"].map(engine_rank) if "engine" in df else 0
+    rank = df["engine"].map(registry.rank) if "engine" in df else 0
     block = pd.to_numeric(df["block_size"], errors="coerce").fillna(-1) if "block_size" in df else 0
     order = df.assign(_rank=rank, _block=block).sort_values([*keys, "_rank", "_block"], kind="mergesort").index
     return df.loc[order].reset_index(drop=True)
@@ -109,7 +110,7 @@ def ratio_bound(numerator: str, denominator: str) -> str:
 def ratios(rates: pd.DataFrame, reference: str = "paged") -> pd.DataFrame:
     """reference/baseline sustainable-rate ratios per group, for each baseline engine present.
 
-    Baselines in the order orca-oracle, orca-pow2, orca-max, static (the
+    Baselines in the engine registry's order of ratio columns (`registry.baselines`: the
     paper's, strongest first). Columns: the group keys, `block_size` (the
     reference's), `name` ("paged/orca-oracle"), `baseline`, `ratio`, `bound`,
     and the two rates with their bounds.
@@ -122,8 +123,8 @@ def ratios(rates: pd.DataFrame, reference: str = "paged") -> pd.DataFrame:
     if not len(rates):
         return pd.DataFrame(columns=out_columns)
     engines = set(rates["engine"])
-    baselines = [e for e in reversed(ENGINE_ORDER) if e != reference and e in engines]
-    baselines += sorted(e for e in engines - set(ENGINE_ORDER) if e != reference)
+    baselines = [e for e in reversed(registry.LABELS) if e != reference and e in engines]
+    baselines += sorted(e for e in engines - set(registry.LABELS) if e != reference)
     rows = []
     groups = rates.groupby(keys, dropna=False, sort=False) if keys else [((), rates)]
     for key, group in groups:

@@ -3,7 +3,8 @@ gap without persistence is computed from the records; a part without records is 
 import pandas as pd
 
 from pagedbench.engines.sim.build import SimBackendConfig
-from pagedbench.results.report.beams import section_beam_check, section_persistence
+from pagedbench.results.report.beams import section_beam_check
+from pagedbench.results.report.sharing import section_persistence
 from pagedbench.results.report.section import typed_command
 from pagedbench.results.report.section import step_command
 

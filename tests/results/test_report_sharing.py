@@ -5,7 +5,7 @@ import json
 
 import pandas as pd
 
-from pagedbench.results.report import sharing as rs
+from pagedbench.results.report import sharing as rs, tables
 from pagedbench.results.report.criteria import criteria
 from pagedbench.results.report.paper import reference
 from pagedbench.results.report.section import step_command
@@ -107,7 +107,7 @@ def test_beam_rows_name_the_limit_that_binds_paged(tmp_path):
     assert "With the row cap raised from 256 to 512 sequences" in text
     assert "so the KV budget goes from 15,449 to 15,072 slots" in text
     none = cap.assign(blocked_by_max_num_seqs_at_capacity=0.0, blocked_by_memory_at_capacity=0.0)
-    assert rs.binding_limit(none[none["engine"] == "paged"]) == "none (no queue)"
+    assert tables.binding_limit(none[none["engine"] == "paged"]) == "none (no queue)"
 
 
 def test_prefix_and_chat_sections(tmp_path):
@@ -195,7 +195,7 @@ def test_the_binding_limit_names_the_preemptions_behind_a_small_share():
     runs = pd.DataFrame([{"blocked_by_memory_at_capacity": 0.07, "blocked_by_max_num_seqs_at_capacity": 0.0,
                           "blocked_by_token_budget_at_capacity": 0.0, "mem_free_at_capacity": 0.024,
                           "preemptions_at_capacity": p} for p in (1000, 1500)])
-    assert rs.binding_limit(runs) == "memory 7%, KV 2.4% free, 1,250 preemptions"
+    assert tables.binding_limit(runs) == "memory 7%, KV 2.4% free, 1,250 preemptions"
 
 
 def test_a_sweeps_table_is_gathered_from_its_runs_not_from_the_file_written_when_it_ended(tmp_path):
