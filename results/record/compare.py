@@ -116,6 +116,16 @@ def diff_folders(a: Path, b: Path, rel: float = 0.0, ignore: frozenset = frozens
     return problems
 
 
+def keys_of(folder: Path) -> frozenset:
+    """Every "FILE:KEY" entry of `folder`'s result files: JSON keys (nested keys dotted) and table columns."""
+    out = set()
+    for name in compared_files(folder):
+        value = _read(Path(folder) / name)
+        keys = value.columns if isinstance(value, pd.DataFrame) else _flat(value)
+        out.update(f"{name}:{k}" for k in keys)
+    return frozenset(out)
+
+
 def varying_keys(a: Path, b: Path) -> frozenset:
     """The "FILE:KEY" entries of two runs of the same code that differ: what the clock feeds (a timed run's
     latencies, throughputs, durations), left out when a third run is compared with them."""

@@ -85,3 +85,16 @@ def test_a_difference_is_named_by_key_and_the_clock_s_keys_are_found_by_a_second
     write_run(tmp_path / "timed3", {"throughput": 1.8, "tokens": 12}, [0.5, 0.2])
     assert carry.diff_run_folders(tmp_path / "base", tmp_path / "timed3", clock) == ["tokens: 10 -> 12"]
     assert diff_folders(tmp_path / "base", tmp_path / "timed3", ignore=clock) == ["summary.json tokens: 10 -> 12"]
+
+
+def test_a_timed_runs_slo_figures_are_left_out_though_two_runs_here_agree_on_them(tmp_path):
+    """Two quick runs here meet the SLO for every request; the records' run, on a loaded machine, met it for none.
+    The SLO figures threshold the latencies, so the clock feeds them even where a second run does not show it."""
+    write_run(tmp_path / "base", {"slo_attainment": 0.0, "steady_goodput_requests_per_s": 0.0, "tokens": 10}, [0.1, 0.2])
+    write_run(tmp_path / "here", {"slo_attainment": 1.0, "steady_goodput_requests_per_s": 2.0, "tokens": 10}, [0.1, 0.2])
+    assert varying_keys(tmp_path / "here", tmp_path / "here") == set()
+    fed = carry.slo_fed(tmp_path / "here")
+    assert fed == {"summary.json:slo_attainment", "summary.json:steady_goodput_requests_per_s"}
+    assert carry.diff_run_folders(tmp_path / "base", tmp_path / "here", frozenset(fed)) == []
+    write_run(tmp_path / "edited", {"slo_attainment": 1.0, "steady_goodput_requests_per_s": 2.0, "tokens": 9}, [0.1, 0.2])
+    assert carry.diff_run_folders(tmp_path / "base", tmp_path / "edited", frozenset(fed)) == ["tokens: 10 -> 9"]
