@@ -1,9 +1,9 @@
 """The kill rate of a mutation run (`make mutation`), per module, and the survivors nobody has explained.
 
-    python scripts/mutation_report.py              # after `python -m mutmut run ...` in the repository root
+    python scripts/mutation_report.py              # after `python scripts/mutate.py run ...` (make mutation)
     python scripts/mutation_report.py --min-kill 80
 
-Reads `python -m mutmut results --all true` (one `name: status` line per mutant)
+Reads `python scripts/mutate.py results --all true` (one `name: status` line per mutant)
 and data/reference/mutation_equivalent.yaml, where each survivor judged
 equivalent (no test can tell it from the original: the program's behaviour
 is the same) is listed by mutant name with the mutated line and the reason.
@@ -39,7 +39,8 @@ def module_of(name: str) -> str:
 
 
 def mutmut(*args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "mutmut", *args], cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "mutate.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"error: mutmut {' '.join(args)} failed: {done.stderr.strip()[-500:]}")
     return done.stdout
@@ -52,7 +53,7 @@ def statuses() -> dict[str, str]:
         if match:
             out[match.group(1)] = match.group(2).strip()
     if not out:
-        raise SystemExit("error: no mutants found: run `python -m mutmut run` (make mutation) first")
+        raise SystemExit("error: no mutants found: run `make mutation` first")
     return out
 
 

@@ -88,8 +88,13 @@ SKIPPED_PARTS = ("__pycache__",)
 
 
 def _git_files(root: Path, paths: tuple[str, ...]) -> list[str] | None:
-    """The files git tracks, or would track (untracked but not ignored), under `paths`; None outside git."""
+    """The files git tracks, or would track (untracked but not ignored), under `paths`; None outside git, and in
+    a folder that is not its work tree's top (a copy inside a checkout, such as mutation testing's, which the
+    checkout's git ignores: its files are walked)."""
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, timeout=20)
+        if top.returncode != 0 or Path(top.stdout.decode().strip()).resolve() != Path(root).resolve():
+            return None
         done = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", *paths],
                               cwd=root, capture_output=True, timeout=20)
     except (OSError, subprocess.SubprocessError):

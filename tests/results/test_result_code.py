@@ -56,3 +56,15 @@ def test_in_git_an_untracked_file_counts_and_an_ignored_one_does_not(tmp_path):
     assert digest(root) == before
     (root / "engines" / "new_manager.py").write_text("x = 1\n")
     assert digest(root) != before
+
+
+def test_a_copy_in_an_ignored_folder_of_a_checkout_is_walked(tmp_path):
+    """A copy of the tree inside a checkout whose git ignores it (mutation testing's mutants/): git lists none of
+    its files, so they are walked, and it hashes as the checkout does."""
+    outer = tmp_path / "checkout"
+    outer.mkdir()
+    (outer / ".gitignore").write_text("copy/\n")
+    subprocess.run(["git", "init", "-q"], cwd=outer, check=True)
+    root = _copy(outer / "copy")
+    assert "engines/engine.py" in files(root)
+    assert digest(root) == digest(ROOT)
