@@ -13,8 +13,10 @@ checkout, and compares them:
   the machine's keys: wall_s, iterations_per_wall_s, metadata);
 - a study step: its quick command (its own seeded sample), every JSON, CSV and parquet file it writes;
 - a timed step (the CPU's clock in its figures): its runs at the step's quick size, and a second run in this
-  checkout says which keys the clock feeds (those that differ between two runs of the same code, and the SLO
-  figures, which threshold the latencies and can agree by chance); every other key must be equal to the bit.
+  checkout says which keys the clock feeds: those that differ between two runs of the same code, those that
+  move when a run's own tables are summarized again on warped clocks (a time-weighted figure two runs can
+  agree on), and the figures that compare times with a bound (within the SLO, tokens in one second: two runs
+  can agree on them by chance); every other key must be equal to the bit.
 Both sides run with the same libraries (`--site`: a folder put first on PYTHONPATH, for a commit that needs an
 older library than this environment's). When every sample of a step is equal, the step's row of the records
 table is stamped "carried": the code that made its records stays named (and its commits, whose trees have it),
@@ -37,20 +39,25 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+import pandas as pd
+
 from pagedbench.paths import CONF, REPORT, ROOT
-from pagedbench.results.record.compare import diff_folders, diff_runs, keys_of, varying_keys
+from pagedbench.results.record.compare import TABLES, diff_folders, diff_runs, keys_of, same, varying_keys
 from pagedbench.results.record.result_code import scope_codes
+from pagedbench.results.record.summary import summarize
 from pagedbench.results.report.current import RECORDS_HEADING, records_rows, split, stale_sections
 from pagedbench.results.report.steps import STEPS_FILE, Step, load_steps
 
 SEARCH_RATES = (0.5, 1.0, 2.0)   # the capacity search's first rates (it brackets from 1 req/s by doubling/halving)
 CARRIED = "carried"              # the "this code" cell of a carried row
 MIN_SAMPLES = 3                  # runs per sweep step, at least (the issue's floor)
-# What the clock feeds though two runs of the same code can agree on it by chance: the share and the rate of
-# requests that meet a latency SLO (a threshold on latencies: two quick runs on a quiet machine both meet it
-# for every request, one on a loaded machine met it for none). Left out of a timed step's comparison with the
-# keys found varying.
-SLO_FED = ("slo_attainment", "goodput")
+# What the clock feeds though two runs of the same code can agree on it by chance, as it compares times with a
+# fixed bound: the share and the rate of requests within a latency SLO, and the most tokens in one second of
+# the clock (vLLM's peak output rate). Two quick runs on a quiet machine meet the SLO with every request and
+# give every token in one second; a loaded one met it with none. Left out of a timed step's comparison.
+BOUNDED = ("slo_attainment", "goodput", "max_output_tokens_per_s")
+WARPS = (0.5, 1.0, 3.0)   # the bends of the warped clocks a timed run's tables are summarized on (clock_fed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +164,7 @@ def check_step(step: Step, base: Path, work: Path, count: int, seed: int, env: d
         if not failed and (step.timed or not sample.run):   # what the clock feeds: keys two runs here disagree on
             failed = wait_all([(rerun(ROOT, sample, again, env, again.parent / f"{sample.name}.log"), again.parent)])
             if not failed:
-                clock |= varying_keys(new, again) | (slo_fed(new) if step.timed else set())
+                clock |= varying_keys(new, again) | (bounded(new) | clock_fed(new) if step.timed else set())
         if failed:
             problems += [f"{step.name} {sample.name}: a rerun failed ({f})" for f in failed]
             continue
@@ -173,9 +180,49 @@ def check_step(step: Step, base: Path, work: Path, count: int, seed: int, env: d
     return equal, problems
 
 
-def slo_fed(folder: Path) -> set[str]:
-    """The "FILE:KEY" entries of `folder` that are SLO figures (SLO_FED), fed by the clock in a timed run."""
-    return {k for k in keys_of(folder) if any(f in k.partition(":")[2] for f in SLO_FED)}
+def warp(t, top: float, bend: float):
+    """A monotone but not linear clock: t + bend t^2 / (2 top), its slope from 1 to 1 + bend over [0, top]."""
+    return t + bend * t * t / (2 * top)
+
+
+def warped(iterations: pd.DataFrame, requests: pd.DataFrame, bend: float) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A run's tables read on a warped clock: every time in seconds (a `*_s` column; a duration from its start)."""
+    top = max([float(np.nanmax(np.asarray(v, dtype="float64"))) for v in (
+        iterations["start_s"] + iterations["duration_s"], requests["finish_s"]) if len(v)] + [1.0])
+    iterations, requests = iterations.copy(), requests.copy()
+    end = warp(iterations["start_s"] + iterations["duration_s"], top, bend)
+    iterations["start_s"] = warp(iterations["start_s"], top, bend)
+    iterations["duration_s"] = end - iterations["start_s"]
+    for column in [c for c in requests.columns if c.endswith("_s")]:
+        if requests[column].dtype == object:
+            requests[column] = [None if v is None else warp(np.asarray(v, dtype="float64"), top, bend)
+                                for v in requests[column]]
+        else:
+            requests[column] = warp(requests[column], top, bend)
+    return iterations, requests
+
+
+def clock_fed(folder: Path) -> set[str]:
+    """The summary keys of each run under `folder` that the clock feeds: what moves when the run's own tables
+    are read on warped clocks (WARPS) and summarized again. Found without waiting for the machine's clock to
+    move them, so a time-weighted figure that two runs happened to agree on is found too."""
+    out = set()
+    for path in sorted(Path(folder).rglob("summary.json")):
+        run = path.parent
+        if not all((run / table).is_file() for table in TABLES):
+            continue
+        iterations, requests = (pd.read_parquet(run / table) for table in TABLES)
+        plain = summarize(iterations, requests)
+        name = path.relative_to(folder).as_posix()
+        for bend in WARPS:
+            moved = summarize(*warped(iterations, requests, bend))
+            out.update(f"{name}:{k}" for k in set(plain) | set(moved) if not same(plain.get(k), moved.get(k)))
+    return out
+
+
+def bounded(folder: Path) -> set[str]:
+    """The "FILE:KEY" entries of `folder` that compare times with a bound (BOUNDED), fed by a timed run's clock."""
+    return {k for k in keys_of(folder) if any(f in k.partition(":")[2] for f in BOUNDED)}
 
 
 def diff_run_folders(old: Path, new: Path, ignore: frozenset) -> list[str]:

@@ -87,14 +87,43 @@ def test_a_difference_is_named_by_key_and_the_clock_s_keys_are_found_by_a_second
     assert diff_folders(tmp_path / "base", tmp_path / "timed3", ignore=clock) == ["summary.json tokens: 10 -> 12"]
 
 
-def test_a_timed_runs_slo_figures_are_left_out_though_two_runs_here_agree_on_them(tmp_path):
-    """Two quick runs here meet the SLO for every request; the records' run, on a loaded machine, met it for none.
-    The SLO figures threshold the latencies, so the clock feeds them even where a second run does not show it."""
+def test_a_timed_runs_figures_bounded_in_time_are_left_out_though_two_runs_here_agree_on_them(tmp_path):
+    """Two quick runs here meet the SLO for every request and give every token in one second; the records' run,
+    on a loaded machine, met it for none. These compare times with a bound, so the clock feeds them even where a
+    second run does not show it."""
     write_run(tmp_path / "base", {"slo_attainment": 0.0, "steady_goodput_requests_per_s": 0.0, "tokens": 10}, [0.1, 0.2])
+    (tmp_path / "base" / "vllm_result.json").write_text(json.dumps({"max_output_tokens_per_s": 65.0}))
     write_run(tmp_path / "here", {"slo_attainment": 1.0, "steady_goodput_requests_per_s": 2.0, "tokens": 10}, [0.1, 0.2])
+    (tmp_path / "here" / "vllm_result.json").write_text(json.dumps({"max_output_tokens_per_s": 219.0}))
     assert varying_keys(tmp_path / "here", tmp_path / "here") == set()
-    fed = carry.slo_fed(tmp_path / "here")
-    assert fed == {"summary.json:slo_attainment", "summary.json:steady_goodput_requests_per_s"}
+    fed = carry.bounded(tmp_path / "here")
+    assert fed == {"summary.json:slo_attainment", "summary.json:steady_goodput_requests_per_s",
+                   "vllm_result.json:max_output_tokens_per_s"}
     assert carry.diff_run_folders(tmp_path / "base", tmp_path / "here", frozenset(fed)) == []
+    assert diff_folders(tmp_path / "base", tmp_path / "here", ignore=frozenset(fed)) == []
+    assert len(diff_folders(tmp_path / "base", tmp_path / "here")) == 3
     write_run(tmp_path / "edited", {"slo_attainment": 1.0, "steady_goodput_requests_per_s": 2.0, "tokens": 9}, [0.1, 0.2])
     assert carry.diff_run_folders(tmp_path / "base", tmp_path / "edited", frozenset(fed)) == ["tokens: 10 -> 9"]
+
+
+def test_the_clock_fed_keys_are_what_moves_on_a_warped_clock(tmp_path):
+    """A run's own tables summarized again on warped clocks: latencies, rates and time-weighted figures move,
+    counts do not; a summary of a study's subfolder is named by its path. The warp keeps the clock's order."""
+    from pagedbench.results.record.summary import summarize
+    from tests.results.test_metrics_timelines import ITERATIONS, REQS
+
+    run = tmp_path / "round0" / "paged"
+    run.mkdir(parents=True)
+    ITERATIONS.to_parquet(run / "iterations.parquet")
+    REQS.to_parquet(run / "requests.parquet")
+    (run / "summary.json").write_text(json.dumps({"x": 1}))
+    fed = carry.clock_fed(tmp_path)
+    keys = {k.split(":", 1)[1] for k in fed}
+    assert all(k.startswith("round0/paged/summary.json:") for k in fed)
+    assert {"makespan_s", "ttft_s_mean", "output_tokens_per_s", "mem_token_states", "mean_batch_size"} <= keys
+    assert not keys & {"num_requests", "num_finished", "num_iterations", "kv_capacity_slots", "num_preemptions"}
+    assert set(summarize(ITERATIONS, REQS)) > keys
+    for bend in carry.WARPS:
+        its, reqs = carry.warped(ITERATIONS, REQS, bend)
+        assert (its["duration_s"] > 0).all() and its["start_s"].is_monotonic_increasing
+        assert ((reqs["finish_s"] >= reqs["arrival_s"]) | reqs["finish_s"].isna()).all()
