@@ -36,7 +36,8 @@ from pagedbench.results.report.swapping import section_swap
 from pagedbench.results.record.store import atomic_write
 from pagedbench.results.record import provenance
 from pagedbench.results.record.result_code import digests_at, scope_codes
-from pagedbench.results.report.current import RECORDS_HEADING, current_at, records_rows, split, stale_sections
+from pagedbench.results.report.current import (RECORDS_HEADING, carried_to, current_at, records_rows, split,
+                                               stale_sections)
 from pagedbench.results.sweeps.collect import code_versions, collect, mixed_code_note
 from pagedbench.results.report.paper_sections import (section_batch, section_blocks, section_capacity, section_memory,
                                            section_method, section_table1)
@@ -113,7 +114,7 @@ def step_records(root: Path, steps: list[Step] | None = None) -> list[dict]:
                         "commits": sorted(commits), "stamped": bool(stamp and stamp.get("ok")),
                         "current": bool(stamp and stamp.get("ok")) and current_at(
                             sorted(codes), sorted(c for c in commits if c), made_scope, step.code, here),
-                        "scope": made_scope,
+                        "scope": made_scope, "carried": None,   # records on disk: made, not carried
                         "command": f"python -m pagedbench.results.report.build --steps {step.name}"})
     return entries
 
@@ -192,9 +193,10 @@ class Earlier:
     def entry(self, name: str) -> dict:
         """The records-table entry of step `name` (current), as `step_records` makes one, from its row."""
         step, section, runs, made, commits, _this, *rest = self.rows[name]
+        carried = rest[1] if len(rest) > 1 and carried_to(rest[1]) is not None else None
         return {"step": step, "section": section, "runs": None if runs == "-" else int(runs), "codes": split(made),
                 "commits": split(commits), "stamped": True, "current": True, "scope": rest[0] if rest else "all",
-                "command": f"python -m pagedbench.results.report.build --steps {step}"}
+                "command": f"python -m pagedbench.results.report.build --steps {step}", "carried": carried}
 
     def copy_figures(self, text: str, figures: Path) -> None:
         """The figures `text` (a kept section) shows, from the earlier report's figures/ into `figures`."""

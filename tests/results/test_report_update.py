@@ -59,6 +59,7 @@ def lacking_steps(earlier: write.Earlier) -> set[str]:
     return {s.name for s in STEPS if {s.section, *s.also} & absent}
 
 
+@pytest.mark.shipped
 def test_an_update_on_a_clean_clone_keeps_every_section_of_the_current_shipped_report(tmp_path):
     """No records at all, and the shipped report current: every section it has is kept as it is, with its figures
     and its steps' rows; only a section it lacks (one this code makes that it was not rendered with) needs its
@@ -97,6 +98,7 @@ def update_after(*moved: str) -> tuple[write.Earlier, set[str], set[str]]:
     return earlier, stale, need
 
 
+@pytest.mark.shipped
 def test_a_change_outside_the_sims_scope_makes_again_only_what_reads_the_timed_steps():
     """With the whole code changed and the sim's not (a fix to the real backend, say), the timed steps and the
     real-backend studies are stale; an update runs them and every step of a part they share (the sections
@@ -118,6 +120,7 @@ def test_an_update_needs_a_report_to_keep_from(tmp_path, capsys):
     assert "does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.shipped
 def test_a_section_the_earlier_report_lacks_is_made_again():
     text = REPORT.read_text()
     without = text.replace("## Figure 13: mean batch size", "## Mean batch size (renamed)")
@@ -126,6 +129,7 @@ def test_a_section_the_earlier_report_lacks_is_made_again():
     assert "batch_size" in build.needed(earlier, STEPS)
 
 
+@pytest.mark.shipped
 def test_a_change_to_the_capacity_search_keeps_what_runs_at_fixed_rates():
     """With the search changed (the whole and the sim's code move, the nosearch scopes' do not), an update makes
     again the sections that read a search and what shares a part with them, and keeps the timed steps, the beam

@@ -9,6 +9,7 @@ from pagedbench.results.record.result_code import scope_codes
 from pagedbench.results.report import current
 
 
+@pytest.mark.shipped
 def test_the_shipped_report_was_made_by_this_code():
     text, codes = REPORT.read_text(), scope_codes()
     behind = current.stale_sections(text, codes) + current.missing_steps(text)
