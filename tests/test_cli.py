@@ -131,7 +131,8 @@ def test_an_installed_pagedbench_runs_serves_and_benchmarks_outside_the_checkout
     work = tmp_path / "work"
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import engines, run, paths; "
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import pagedbench.engines as engines, "
+                            "pagedbench.run, pagedbench.paths as paths; "
                             "print(engines.__file__, paths.CONF.is_dir(), paths.CHECKOUT)"],
                            cwd=work, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert where[0].startswith(str(venv)) and where[1:] == ["True", "False"]    # the wheel's, with conf/

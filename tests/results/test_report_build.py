@@ -135,6 +135,7 @@ def test_a_report_made_by_this_code_is_current_and_one_made_by_other_code_names_
     listed = {"beam_persistence"}
     missing = current.missing_steps(text)
     assert {s.step for s in missing} == {s.name for s in load_steps()} - listed
+    assert {(s.step, s.section) for s in missing} == {(s.name, s.section) for s in load_steps() if s.name not in listed}
     assert all(str(s).endswith(f"`python -m pagedbench.results.report.build --steps {s.step}`") for s in missing)
     assert current.missing_steps(text, [s for s in load_steps() if s.name in listed]) == []
 
