@@ -33,6 +33,7 @@ from pagedbench.results.record.result_code import NotInHistory, SCOPES, digests_
 from pagedbench.results.report.steps import Step, load_steps
 
 RECORDS_HEADING = "## Records behind this report"
+CARRIED_WORDS = ("to", "CODE", "by", "N", "equal", "reruns")   # a carried cell: "to CODE by N equal reruns"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +87,8 @@ def carried_to(cell: str) -> str | None:
     """The code a row's "carried" cell says its records were carried to ("to CODE by N equal reruns"), or None
     (`pagedbench.results.report.carry` writes it only when every rerun of its sample was equal to the bit)."""
     words = cell.split()
-    if len(words) >= 5 and words[0] == "to" and words[2] == "by" and words[3].isdigit() and int(words[3]) >= 1:
+    if (len(words) == len(CARRIED_WORDS) and tuple(words[0::2]) == CARRIED_WORDS[0::2] and words[3].isdigit()
+            and int(words[3]) >= 1 and words[5] == CARRIED_WORDS[5]):
         return words[1]
     return None
 
