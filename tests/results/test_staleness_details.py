@@ -108,3 +108,12 @@ def test_a_row_of_a_step_the_build_no_longer_has_is_read_at_the_whole_code():
                            f"| kept | Old | 1 | {CODES['all']} | 170b0a3f04d9 | yes | sim |\n")
     never = lambda commit: {s: "f" * 12 for s in CODES}   # noqa: E731
     assert [s.step for s in current.stale_sections(text, CODES, [], at=never)] == ["gone"]
+
+
+def test_a_step_the_build_no_longer_has_is_current_where_its_commits_tree_has_this_whole_code():
+    made = "0" * 12
+    text = report(HEADER + f"| gone | Old | 1 | {made} | 170b0a3f04d9 | yes | sim |\n")
+    tree = {"all": CODES["all"], "sim": made, "nosearch": "7" * 12, "sim_nosearch": "8" * 12}
+    assert current.stale_sections(text, CODES, [], at=lambda commit: tree) == []
+    assert [s.step for s in current.stale_sections(text, CODES, [], at=lambda commit: {**tree, "all": "9" * 12})] \
+        == ["gone"]
