@@ -64,6 +64,8 @@ def test_static_batching_drops_a_waiting_request_and_runs_a_batch_member_on():
     engine = Engine(scheduler, UnitExecutor())
     member, queued = (engine.add(Request(i, 0.0, tuple(range(10)), 5), 0.0)[0] for i in range(2))
     engine.step(0.0)
-    if queued in scheduler.waiting:
-        assert scheduler.abort(queued, "gone") and queued.status == Status.FAILED
+    assert queued in scheduler.waiting                                             # the batch is full
+    assert scheduler.abort(queued, "gone") and queued.status == Status.FAILED
+    assert queued.rejected_reason == "gone" and queued not in scheduler.waiting
     assert scheduler.abort(member, "gone") and member.status != Status.FAILED     # runs to its batch's end
+    assert member.rejected_reason is None
