@@ -46,7 +46,7 @@ from pagedbench.paths import CONF, REPORT, ROOT
 from pagedbench.results.record.compare import TABLES, diff_folders, diff_runs, keys_of, same, varying_keys
 from pagedbench.results.record.result_code import scope_codes
 from pagedbench.results.record.summary import summarize
-from pagedbench.results.report.current import RECORDS_HEADING, records_rows, split, stale_sections
+from pagedbench.results.report.current import RECORDS_HEADING, carried_cell, records_rows, split, stale_sections
 from pagedbench.results.report.steps import STEPS_FILE, Step, load_steps
 
 SEARCH_RATES = (0.5, 1.0, 2.0)   # the capacity search's first rates (it brackets from 1 req/s by doubling/halving)
@@ -227,8 +227,7 @@ def bounded(folder: Path) -> set[str]:
 
 def diff_run_folders(old: Path, new: Path, ignore: frozenset) -> list[str]:
     """A timed run's summary and tables, without the keys and columns the clock feeds."""
-    left = frozenset(k.split(":", 1)[1] for k in ignore if k.split(":", 1)[0] in
-                     ("summary.json", "iterations.parquet", "requests.parquet"))
+    left = frozenset(k.split(":", 1)[1] for k in ignore if k.split(":", 1)[0] in ("summary.json", *TABLES))
     return diff_runs(old, new, ignore=left)
 
 
@@ -247,7 +246,7 @@ def stamp_rows(text: str, carried: dict[str, tuple[str, int]]) -> str:
             cells = cells[:8] + [""] * (8 - len(cells))
             if cells[0] in carried:
                 code, n = carried[cells[0]]
-                cells[5], cells[7] = CARRIED, f"to {code} by {n} equal reruns"
+                cells[5], cells[7] = CARRIED, carried_cell(code, n)
             line = "| " + " | ".join(cells[:7] + ([cells[7]] if cells[7] else ["-"])) + " |"
         lines.append(line)
     return head + RECORDS_HEADING + "\n".join(lines) + ("\n" if table.endswith("\n") else "") + sep + tail

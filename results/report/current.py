@@ -83,6 +83,11 @@ def current_at(made: list[str], commits: list[str], made_scope: str, scope: str,
     return all(tree[made_scope] == made[0] and tree[scope] == codes.get(scope) for tree in trees)
 
 
+def carried_cell(code: str, reruns: int) -> str:
+    """The "carried" cell `carried_to` reads: "to CODE by N equal reruns"."""
+    return f"to {code} by {reruns} equal reruns"
+
+
 def carried_to(cell: str) -> str | None:
     """The code a row's "carried" cell says its records were carried to ("to CODE by N equal reruns"), or None
     (`pagedbench.results.report.carry` writes it only when every rerun of its sample was equal to the bit)."""

@@ -89,6 +89,7 @@ def test_a_cell_lists_its_comma_separated_values(cell, listed):
                                         ("to abc at 3 equal reruns", None), ("to abc by 3 same reruns", None)])
 def test_a_carried_cell_is_read_only_in_its_own_words(cell, code):
     assert current.carried_to(cell) == code
+    assert current.carried_to(current.carried_cell("abc", 3)) == "abc"     # what the carry writes, read back
 
 
 def test_the_steps_given_decide_a_rows_scope():
