@@ -18,3 +18,10 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ["TRITON_INTERPRET"] = "1"
+
+# Mutation testing (mutmut) forks a worker per mutant from a process that has run the tests: torch's OpenMP
+# threads do not survive a fork (a worker's first parallel region with more than one thread hangs; one thread
+# works), so under mutmut, whose every process has MUTANT_UNDER_TEST set, torch runs on one thread.
+if "MUTANT_UNDER_TEST" in os.environ:
+    torch.set_num_threads(1)
+

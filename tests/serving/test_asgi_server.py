@@ -489,6 +489,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_serve_runs_the_engine_on_this_thread_until_sigterm_and_restores_the_handlers(loaded):
+    """`serve` in this process (serve.py's own test runs it in a subprocess): bound on a free port, the web
+    server on its own named thread, the engine on this one; SIGTERM stops both and puts the handlers back."""
+    from pagedbench.engines.serving.asgi_server import serve
+
+    backend = build_real(BACKEND, SPEC, ENGINES["paged"], LIMITS, loaded=loaded)
+    service = EngineService(backend, SPEC.name, "paged", "cl100k_base", max_seq_len=LIMITS.max_seq_len)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    bound, seen = [], {}
+
+    def client(url: str) -> None:
+        try:
+            seen["threads"] = {t.name for t in threading.enumerate()}
+            seen["engine"] = threading.current_thread() is not threading.main_thread() and service._started
+            seen["chunks"] = token_chunks(stream(int(url.rsplit(":", 1)[1]), {"prompt": PROMPT, "max_tokens": 3}))
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def on_bound(url: str) -> None:
+        bound.append(url)
+        threading.Thread(target=client, args=(url,)).start()
+
+    serve(build_app(service), service, "127.0.0.1", 0, on_bound=on_bound)
+    (url,) = bound
+    assert url.startswith("http://127.0.0.1:") and int(url.rsplit(":", 1)[1]) > 0
+    assert "pagedbench-http" in seen["threads"] and seen["engine"]
+    assert len(seen["chunks"]) == 3 and seen["chunks"][0]["model"] == "pagedbench-paged-tiny"
+    assert not service.healthy and service.engine_error is None
+    assert {sig: signal.getsignal(sig) for sig in handlers} == handlers
+    assert not any(t.name == "pagedbench-http" and t.is_alive() for t in threading.enumerate())
+    with pytest.raises(OSError):
+        call(int(url.rsplit(":", 1)[1]), "GET", "/health")
+
+
 @pytest.mark.slow
 def test_serve_py_serves_a_request_and_stops_on_sigterm(tmp_path):
     port = free_port()

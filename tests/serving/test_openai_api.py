@@ -1,0 +1,167 @@
+"""The OpenAI wire format without a server: every field `parse_body` reads, at its bounds, and every body a
+`Reply` builds, for completions and chat."""
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from pagedbench.engines.serving.openai_api import BadRequest, ParsedRequest, Reply, error_body, parse_body
+from pagedbench.engines.serving.token_text import TokenText
+
+PROMPT = [5, 6, 7]
+
+
+@pytest.fixture(scope="module")
+def text():
+    return TokenText("cl100k_base")
+
+
+def parse(text, body: dict, chat: bool = False, max_seq_len: int | None = 16) -> ParsedRequest:
+    return parse_body(json.dumps(body).encode(), chat, text, max_seq_len)
+
+
+def refused(text, body, chat: bool = False, max_seq_len: int | None = 16) -> BadRequest:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    with pytest.raises(BadRequest) as caught:
+        parse_body(raw, chat, text, max_seq_len)
+    return caught.value
+
+
+def test_a_request_parsed_with_its_defaults(text):
+    assert parse(text, {"prompt": PROMPT, "max_tokens": 2}) == ParsedRequest(False, PROMPT, 2, False, False, False)
+    assert parse(text, {"prompt": PROMPT, "max_tokens": 2, "stream": True, "return_token_ids": True,
+                        "stream_options": {"include_usage": True}}) == ParsedRequest(False, PROMPT, 2, True, True,
+                                                                                       True)
+    assert parse(text, {"prompt": PROMPT, "max_tokens": 2, "stream": None, "stream_options": None}).stream is False
+
+
+def test_max_tokens_bounds_and_the_chat_s_own_name(text):
+    assert parse(text, {"prompt": PROMPT, "max_tokens": 1}).max_tokens == 1
+    assert parse(text, {"prompt": PROMPT, "max_tokens": 13}).max_tokens == 13           # 3 + 13 = 16: fits
+    assert refused(text, {"prompt": PROMPT, "max_tokens": 14}).code == "context_length_exceeded"
+    assert parse(text, {"prompt": PROMPT, "max_tokens": 500}, max_seq_len=None).max_tokens == 500
+    for bad in (0, -1, True, 2.0, "2"):
+        assert refused(text, {"prompt": PROMPT, "max_tokens": bad}).code == "invalid_request"
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    assert parse(text, {**chat, "max_tokens": 2, "max_completion_tokens": 3}, chat=True).max_tokens == 3
+    assert parse(text, {**chat, "max_tokens": 2, "max_completion_tokens": None}, chat=True).max_tokens == 2
+    assert parse(text, {"prompt": PROMPT, "max_tokens": 2, "max_completion_tokens": 3}).max_tokens == 2
+    assert refused(text, {**chat, "max_completion_tokens": 0}, chat=True).code == "invalid_request"
+
+
+def test_without_max_tokens_a_request_gets_the_rest_of_the_context(text):
+    assert parse(text, {"prompt": PROMPT}).max_tokens == 13
+    assert parse(text, {"prompt": [1] * 15}).max_tokens == 1
+    assert refused(text, {"prompt": [1] * 16}).code == "context_length_exceeded"
+    assert refused(text, {"prompt": PROMPT}, max_seq_len=None).code == "missing_max_tokens"
+
+
+def test_log_probabilities_and_n_are_refused_and_their_defaults_accepted(text):
+    body = {"prompt": PROMPT, "max_tokens": 2}
+    for key in ("logprobs", "top_logprobs", "prompt_logprobs"):
+        assert refused(text, {**body, key: 1}).code == "unsupported_logprobs"
+        assert refused(text, {**body, key: True}).code == "unsupported_logprobs"
+        assert parse(text, {**body, key: None}).max_tokens == parse(text, {**body, key: False}).max_tokens == 2
+    assert parse(text, {**body, "n": 1}) == parse(text, {**body, "n": None}) == parse(text, body)
+    assert refused(text, {**body, "n": 2}).code == "unsupported_n"
+
+
+def test_flags_and_stream_options_must_be_booleans_and_an_object(text):
+    body = {"prompt": PROMPT, "max_tokens": 2}
+    for key in ("stream", "return_token_ids"):
+        assert refused(text, {**body, key: 1}).code == "invalid_request"
+    assert refused(text, {**body, "stream_options": {"include_usage": "yes"}}).code == "invalid_request"
+    assert refused(text, {**body, "stream_options": [1]}).code == "invalid_request"
+
+
+def test_prompts_as_text_ids_or_a_batch_of_one(text):
+    hello = text.encode("hello")
+    assert parse(text, {"prompt": "hello", "max_tokens": 1}).prompt_ids == hello
+    assert parse(text, {"prompt": ["hello"], "max_tokens": 1}).prompt_ids == hello
+    assert parse(text, {"prompt": [0], "max_tokens": 1}).prompt_ids == [0]
+    assert parse(text, {"prompt": [[4, 5]], "max_tokens": 1}).prompt_ids == [4, 5]
+    for bad in ([True], [1, "a"], ["a", "b"], {"text": "a"}, None, 3, [1.0]):
+        assert refused(text, {"prompt": bad, "max_tokens": 1}).code == "invalid_request"
+    assert refused(text, {"prompt": "", "max_tokens": 1}).code == "empty_prompt"
+    assert refused(text, {"prompt": [], "max_tokens": 1}).code == "empty_prompt"
+
+
+def test_chat_messages_are_joined_by_lines_from_their_text(text):
+    def ids(messages):
+        return parse(text, {"messages": messages, "max_tokens": 1}, chat=True, max_seq_len=None).prompt_ids
+
+    assert ids([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]) == \
+        text.encode("Be brief.\nHi")
+    parts = [{"type": "text", "text": "Hel"}, {"type": "image_url", "image_url": {}}, {"type": "text", "text": "lo"},
+             "loose", {"type": "text"}]
+    assert ids([{"role": "user", "content": parts}]) == text.encode("Hello")
+    assert ids([{"role": "assistant", "content": None}, {"role": "user", "content": "x"}]) == text.encode("\nx")
+    for bad in ([], None, "hi", [{"role": "user", "content": "a"}, "b"]):
+        assert refused(text, {"messages": bad, "max_tokens": 1}, chat=True).code == "invalid_request"
+    error = refused(text, {"messages": [{"role": "user", "content": 3}], "max_tokens": 1}, chat=True)
+    assert error.code == "invalid_request" and "int" in str(error)
+
+
+def test_bodies_that_are_not_json_objects(text):
+    assert refused(text, b'{"prompt": [1').code == "invalid_json"
+    assert refused(text, b"\xff\xfe").code == "invalid_json"
+    assert refused(text, b"[1, 2]").code == "invalid_request"
+
+
+def test_errors_are_openai_s_body():
+    assert BadRequest("no").code == "invalid_request" and str(BadRequest("no", "x")) == "no"
+    assert error_body("bad", "some_code") == {"error": {"message": "bad", "type": "invalid_request_error",
+                                                        "param": None, "code": "some_code"}}
+    assert error_body("down", "c", "server_error")["error"]["type"] == "server_error"
+
+
+def reply(chat: bool, return_token_ids: bool = False) -> Reply:
+    return Reply(ParsedRequest(chat, [1, 2, 3], 4, return_token_ids=return_token_ids), "m")
+
+
+def head(body: dict, chat: bool, whole: bool = False) -> dict:
+    kind = ("chat.completion" if whole else "chat.completion.chunk") if chat else "text_completion"
+    return {"object": kind, "model": "m"}
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_reply_s_id_time_and_usage(chat):
+    before = int(time.time())
+    r = reply(chat)
+    assert re.fullmatch(("chatcmpl" if chat else "cmpl") + "-[0-9a-f]{32}", r.id)
+    assert before <= r.created <= int(time.time()) and r.id != reply(chat).id
+    assert r.usage(4) == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    usage = r.usage_chunk(2)
+    assert usage == {"id": r.id, "created": r.created, **head(usage, chat), "choices": [],
+                     "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_reply_s_chunks(chat):
+    r = reply(chat)
+    frame = {"id": r.id, "created": r.created, **head({}, chat)}
+    said = {"delta": {"content": "a"}} if chat else {"text": "a"}
+    assert r.chunk(9, "a", False) == {**frame, "choices": [{"index": 0, **said, "finish_reason": None}]}
+    assert r.chunk(9, "a", True) == {**frame, "choices": [{"index": 0, **said, "finish_reason": "length"}]}
+    assert reply(chat, True).chunk(9, "a", True)["choices"][0]["token_ids"] == [9]
+    closing = r.closing_chunk("z")
+    held = {"delta": {"content": "z"}} if chat else {"text": "z"}
+    assert closing == {**frame, "choices": [{"index": 0, "finish_reason": "length", **held}]}
+    nothing = {"delta": {}} if chat else {"text": ""}
+    assert r.closing_chunk("")["choices"] == [{"index": 0, "finish_reason": "length", **nothing}]
+    assert r.role_chunk() == {**frame, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                                    "finish_reason": None}]}
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_whole_reply(chat):
+    r = reply(chat)
+    said = {"message": {"role": "assistant", "content": "ab"}} if chat else {"text": "ab", "logprobs": None}
+    assert r.whole([4, 5], "ab") == {"id": r.id, "created": r.created, **head({}, chat, whole=True),
+                                     "choices": [{"index": 0, "finish_reason": "length", **said}],
+                                     "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
+    assert reply(chat, True).whole([4, 5], "ab")["choices"][0]["token_ids"] == [4, 5]
+    assert "token_ids" not in r.whole([4], "a")["choices"][0]

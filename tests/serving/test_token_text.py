@@ -1,0 +1,63 @@
+"""The server's tokenizer both ways, without a server: the vocabulary's edges, a character split across tokens
+(whole on its last token, replaced when the stream ends inside it), and a Hugging Face tokenizer from a local
+directory."""
+from __future__ import annotations
+
+import pytest
+
+from pagedbench.engines.serving.token_text import TokenText
+
+REPLACEMENT = "\ufffd"
+
+
+@pytest.fixture(scope="module")
+def cl100k():
+    return TokenText("cl100k_base")
+
+
+def split_character(text: TokenText) -> list[int]:
+    """The ids of one character that spans several tokens."""
+    ids = text.encode("🦜")
+    assert len(ids) > 1
+    return ids
+
+
+def test_the_vocabulary_s_first_and_last_ids_have_bytes(cl100k):
+    assert cl100k.token_bytes(0) == b"!"
+    last = cl100k._vocab - 1
+    assert cl100k.token_bytes(last) != b"" and cl100k.token_bytes(last + 1) == b""
+
+
+def test_a_character_ended_mid_way_is_replaced_when_the_stream_ends(cl100k):
+    first, *_ = split_character(cl100k)
+    pieces = cl100k.decoder()
+    assert pieces.add(first) == ""
+    assert pieces.flush() == REPLACEMENT
+    assert cl100k.decoder().add(first, final=True) == REPLACEMENT
+
+
+def test_bytes_that_are_no_character_are_replaced_not_raised(cl100k):
+    *_, last = split_character(cl100k)
+    pieces = cl100k.decoder()
+    assert pieces.add(last, final=True) == REPLACEMENT * len(cl100k.token_bytes(last))
+
+
+def test_flush_with_nothing_held_back_is_empty(cl100k):
+    pieces = cl100k.decoder()
+    assert pieces.add(cl100k.encode("ok")[0]) == "ok" and pieces.flush() == ""
+
+
+def test_a_hugging_face_tokenizer_from_a_local_directory(tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {"[UNK]": 0, "hello": 1, "world": 2}
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(tmp_path)
+
+    text = TokenText(f"hf:{tmp_path}")
+    assert text.encode("hello world") == [1, 2]
+    assert [text.token_bytes(i) for i in (-1, 0, 1, 2, 3)] == [b"", b"[UNK]", b"hello", b"world", b""]
+    pieces = text.decoder()
+    assert [pieces.add(1), pieces.add(2, final=True)] == ["hello", "world"]
