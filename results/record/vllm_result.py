@@ -70,6 +70,7 @@ import io
 import itertools
 import json
 import math
+from pathlib import Path
 from typing import TextIO
 
 import numpy as np
@@ -335,3 +336,24 @@ def to_json(result: dict) -> str:
     out = io.StringIO()
     write(result, out)
     return out.getvalue()
+
+
+def read_vllm_result(path: Path | str) -> dict:
+    """The figures of a result file in vLLM's schema, written by `vllm bench serve --save-result` or by a run
+    of ours (vllm_result.json, `pagedbench bench --save-result`), under our summary's names and units
+    (seconds): num_finished, num_failed, makespan_s, requests_per_s, output_tokens_per_s and the means of
+    TTFT, TPOT, ITL and end-to-end latency; None where the file has no such key. A file that is not such a
+    result (no `completed` count) is a ValueError."""
+    data = json.loads(Path(path).read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("completed"), int):
+        raise ValueError(f"{path}: not a result in vLLM's schema (no integer 'completed')")
+
+    def seconds(key: str) -> float | None:
+        value = data.get(key)
+        return None if value is None else float(value) / 1000.0
+
+    return {"num_finished": data["completed"], "num_failed": data.get("failed"), "makespan_s": data.get("duration"),
+            "requests_per_s": data.get("request_throughput"), "output_tokens_per_s": data.get("output_throughput"),
+            "total_output_tokens": data.get("total_output_tokens"), "ttft_s_mean": seconds("mean_ttft_ms"),
+            "tpot_s_mean": seconds("mean_tpot_ms"), "itl_s_mean": seconds("mean_itl_ms"),
+            "e2e_latency_s_mean": seconds("mean_e2el_ms")}

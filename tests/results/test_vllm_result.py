@@ -325,3 +325,25 @@ def test_the_peaks_bucketed_a_slice_at_a_time_are_the_peaks_of_the_whole(seed, w
     inside = (bucket >= 0) & (bucket <= int(np.ceil(end.max() - start.min())))
     per_s = np.bincount(bucket[inside], weights=None if weights is None else weights[inside])
     assert whole[0] == float(per_s.max())
+
+
+def test_a_result_file_reads_back_as_the_summary_s_figures(tmp_path):
+    from pagedbench.results.record.vllm_result import read_vllm_result
+
+    summary = summary_of()
+    path = tmp_path / "r.json"
+    path.write_text(to_json(vllm_result(REQS, summary)))
+    figures = read_vllm_result(path)
+    assert figures["num_finished"] == summary["num_finished"]
+    assert figures["output_tokens_per_s"] == summary["output_tokens_per_s"]
+    assert figures["requests_per_s"] == summary["requests_per_s"] and figures["makespan_s"] == summary["makespan_s"]
+    for key in ("ttft_s_mean", "tpot_s_mean", "e2e_latency_s_mean"):
+        assert figures[key] == pytest.approx(summary[key])
+    path.write_text(json.dumps({"completed": 3, "output_throughput": 9.5, "mean_ttft_ms": 250.0}))
+    assert read_vllm_result(path) == {"num_finished": 3, "num_failed": None, "makespan_s": None,
+                                      "requests_per_s": None, "output_tokens_per_s": 9.5, "total_output_tokens": None,
+                                      "ttft_s_mean": 0.25, "tpot_s_mean": None, "itl_s_mean": None,
+                                      "e2e_latency_s_mean": None}
+    path.write_text(json.dumps({"completed": "3"}))
+    with pytest.raises(ValueError, match="not a result in vLLM's schema"):
+        read_vllm_result(path)
