@@ -92,7 +92,12 @@ def running(loaded, engine: str, budget_mib: float = 4.0, keep_record: bool = Fa
         server.shutdown()
 
 
-@pytest.fixture(scope="module")
+# mutmut ties a mutant to the tests that call its function: one app built per module would tie every mutant
+# of `build_app` (its handlers included) to the module's first test alone. Under mutmut each test builds its own.
+PER_TEST = "MUTANT_UNDER_TEST" in os.environ
+
+
+@pytest.fixture(scope="function" if PER_TEST else "module")
 def paged(loaded):
     with running(loaded, "paged") as server:
         yield server
@@ -120,8 +125,18 @@ def events(payload: bytes) -> list:
 def stream(port: int, body: dict, path: str = "/v1/completions") -> list:
     status, headers, payload = call(port, "POST", path, {**body, "stream": True})
     assert status == 200, payload
-    assert headers["content-type"].startswith("text/event-stream")
+    assert headers["content-type"].startswith("text/event-stream") and headers["cache-control"] == "no-cache"
     return events(payload)
+
+
+def open_stream(port: int, max_tokens: int = 120) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """A long stream opened and its response begun (status 200), to be read after something happens."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", "/v1/completions", json.dumps({"prompt": PROMPT[:8], "max_tokens": max_tokens,
+                                                        "stream": True}))
+    resp = conn.getresponse()
+    assert resp.status == 200
+    return conn, resp
 
 
 def token_chunks(evs: list) -> list[dict]:
@@ -212,10 +227,16 @@ def test_token_text_decodes_what_it_can_and_gives_empty_text_otherwise():
 def test_models_health_and_the_server_header(paged):
     status, headers, body = call(paged.port, "GET", "/v1/models")
     assert status == 200 and headers["server"] == f"pagedbench/{VERSION} paged"
-    (model,) = json.loads(body)["data"]
-    assert model["id"] == "pagedbench-paged-tiny" and model["owned_by"] == "pagedbench"
-    assert model["engine"] == "paged" and model["max_model_len"] == LIMITS.max_seq_len
-    assert model["root"] == model["id"]                   # vllm bench serve reads it without --model
+    models = json.loads(body)
+    assert models == {"object": "list", "data": [{
+        "id": "pagedbench-paged-tiny", "object": "model", "created": paged.service.created, "owned_by": "pagedbench",
+        "root": "pagedbench-paged-tiny", "parent": None, "max_model_len": LIMITS.max_seq_len, "permission": [],
+        "engine": "paged"}]}                              # vllm bench serve reads `root` without --model
+    assert abs(paged.service.created - time.time()) < 600
+    status, _, body = call(paged.port, "GET", "/openapi.json")
+    assert status == 200 and json.loads(body)["info"] == {"title": "pagedbench", "version": VERSION}
+    for path in ("/docs", "/redoc"):
+        assert call(paged.port, "GET", path)[0] == 404
     for path in ("/health", "/ping"):
         assert call(paged.port, "GET", path)[0] == 200
     assert call(paged.port, "POST", "/ping")[0] == 200
@@ -358,7 +379,9 @@ def test_a_bad_request_gets_400_with_a_message(paged, case):
                                                                  else {"body": body}))
     error = json.loads(payload)["error"]
     assert status == 400 and headers["content-type"] == "application/json"
+    assert headers["server"] == paged.service.server_header
     assert error["message"] and error["type"] == "invalid_request_error" and error["code"] == code
+    assert error["param"] is None and "None" not in error["message"]
 
 
 def test_a_request_of_exactly_max_seq_len_is_served(paged):
@@ -442,10 +465,7 @@ def test_a_stop_asked_by_a_signal_takes_no_lock(loaded):
     """SIGTERM's handler runs on the engine's thread, maybe inside a callback holding the service's lock: it
     only sets flags, and the loop ends the open streams."""
     with running(loaded, "paged") as server:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        conn.request("POST", "/v1/completions", json.dumps({"prompt": PROMPT[:8], "max_tokens": 120,
-                                                            "stream": True}))
-        resp = conn.getresponse()
+        conn, resp = open_stream(server.port)
         with server.service._lock:               # as if the signal landed inside `_on_done`
             asker = threading.Thread(target=server.service.request_stop)
             asker.start()
@@ -460,17 +480,15 @@ def test_a_stop_asked_by_a_signal_takes_no_lock(loaded):
 
 def test_shutdown_mid_stream_ends_the_stream_with_an_error_event(loaded, paged):
     with running(loaded, "paged") as server:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        conn.request("POST", "/v1/completions", json.dumps({"prompt": PROMPT[:8], "max_tokens": 120,
-                                                            "stream": True}))
-        resp = conn.getresponse()
-        assert resp.status == 200
+        conn, resp = open_stream(server.port)
         started = time.monotonic()
         server.shutdown()
         assert time.monotonic() - started < 10
         evs = events(resp.read())
         conn.close()
-        assert len(token_chunks(evs)) < 120 and evs[-1] == "[DONE]" and "shutting down" in evs[-2]["error"]["message"]
+        assert len(token_chunks(evs)) < 120 and evs[-1] == "[DONE]"
+        assert evs[-2] == {"error": {"message": "the server is shutting down", "type": "server_error", "param": None,
+                                     "code": "engine_error"}}
         with pytest.raises(OSError):
             call(server.port, "GET", "/health")
 
@@ -478,8 +496,10 @@ def test_shutdown_mid_stream_ends_the_stream_with_an_error_event(loaded, paged):
 def test_while_stopping_a_request_gets_503_and_health_turns_503(loaded):
     with running(loaded, "paged") as server:
         server.service.stop()                 # the engine stopped, the socket still open
-        status, _, payload = call(server.port, "POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
-        assert status == 503 and "shutting down" in json.loads(payload)["error"]["message"]
+        status, headers, payload = call(server.port, "POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
+        assert status == 503 and headers["server"] == server.service.server_header
+        assert json.loads(payload) == {"error": {"message": "the server is shutting down", "type": "server_error",
+                                                 "param": None, "code": "unavailable"}}
         assert call(server.port, "GET", "/health")[0] == 503
 
 
@@ -584,6 +604,8 @@ def test_metrics_are_prometheus_text_that_counts_what_was_served(loaded):
     assert value("pagedbench:kv_cache_slots", category="free") == server.backend.scheduler.kv.capacity
     assert value("vllm:time_to_first_token_seconds_count") == value("vllm:e2e_request_latency_seconds_count") == 2
     assert value("vllm:inter_token_latency_seconds_count") == (3 - 1) + (5 - 1)
+    for histogram in ("time_to_first_token", "inter_token_latency", "e2e_request_latency"):
+        assert 0 < value(f"vllm:{histogram}_seconds_sum") < 60, histogram      # times, not clock readings
 
 
 def test_a_request_without_max_tokens_gets_the_rest_of_the_context(paged):
@@ -617,6 +639,76 @@ def test_a_chunked_request_body_is_read_whole(paged):
         while chunk := sock.recv(65536):
             reply += chunk
     assert reply.startswith(b"HTTP/1.1 200") and b'"completion_tokens":3' in reply
+
+
+def test_a_body_of_exactly_the_limit_is_read_and_one_byte_more_is_refused(paged):
+    from pagedbench.engines.serving.asgi_server import MAX_BODY_BYTES
+
+    body = json.dumps({"prompt": PROMPT, "max_tokens": 1}).encode()
+    exact = body + b" " * (MAX_BODY_BYTES - len(body))          # JSON allows trailing whitespace
+    status, _, payload = call(paged.port, "POST", "/v1/completions", raw=exact)
+    assert status == 200 and json.loads(payload)["usage"]["completion_tokens"] == 1
+    status, _, payload = call(paged.port, "POST", "/v1/completions", raw=exact + b" ")
+    assert status == 400 and str(MAX_BODY_BYTES) in json.loads(payload)["error"]["message"]
+
+
+def failing(server: "Running", message: str = "boom") -> None:
+    """The engine's next step raises RuntimeError(message)."""
+    def execute(batch):
+        raise RuntimeError(message)
+    server.backend.executor.execute = execute
+
+
+def test_an_engine_that_fails_answers_503_with_its_error_and_health_turns_503(loaded, caplog):
+    with running(loaded, "paged") as server:
+        failing(server)
+        status, headers, payload = call(server.port, "POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 2})
+        assert status == 503 and headers["server"] == server.service.server_header
+        assert json.loads(payload) == {"error": {"message": "RuntimeError: boom", "type": "server_error",
+                                                 "param": None, "code": "engine_error"}}
+        server.service.wait(10)
+        assert server.service.engine_error == "RuntimeError: boom" and not server.service.healthy
+        status, _, payload = call(server.port, "GET", "/health")
+        assert status == 503 and json.loads(payload)["error"] == {"message": "RuntimeError: boom",
+                                                                   "type": "server_error", "param": None,
+                                                                   "code": "unavailable"}
+    assert "the engine thread stopped" in caplog.text
+
+
+def test_a_stop_with_a_reason_ends_an_open_stream_with_that_reason(loaded):
+    with running(loaded, "paged") as server:
+        conn, resp = open_stream(server.port)
+        server.service.stop("going away")
+        assert not server.service.healthy and not server.service._engine.is_alive()
+        evs = events(resp.read())
+        conn.close()
+    assert evs[-1] == "[DONE]" and evs[-2]["error"]["message"] == "going away"
+
+
+def test_serve_stops_the_server_when_the_engine_fails(loaded):
+    from pagedbench.engines.serving.asgi_server import serve
+
+    backend = build_real(BACKEND, SPEC, ENGINES["paged"], LIMITS, loaded=loaded)
+    service = EngineService(backend, SPEC.name, "paged", "cl100k_base", max_seq_len=LIMITS.max_seq_len)
+
+    def execute(batch):
+        raise RuntimeError("broken")
+    backend.executor.execute = execute
+    answers = []
+
+    def on_bound(url: str) -> None:
+        port = int(url.rsplit(":", 1)[1])
+        threading.Thread(target=lambda: answers.append(call(port, "POST", "/v1/completions",
+                                                            {"prompt": PROMPT, "max_tokens": 2}))).start()
+    started = time.monotonic()
+    serve(build_app(service), service, "127.0.0.1", 0, on_bound=on_bound)
+    assert time.monotonic() - started < 10             # the server stopped with the engine, not at a timeout
+    assert service.engine_error == "RuntimeError: broken"
+    assert not any(t.name == "pagedbench-http" and t.is_alive() for t in threading.enumerate())
+    deadline = time.monotonic() + 10
+    while not answers and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert answers and answers[0][0] == 503
 
 
 def test_the_openai_package_streams_from_it(paged):

@@ -52,9 +52,10 @@ def test_before_any_request_the_kv_is_all_free_and_the_counts_zero():
                  "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:prompt_tokens_total",
                  "vllm:generation_tokens_total"):
         assert values[(name, ())] == 0
-    buckets = [le for (name, labels) in values if name == "vllm:time_to_first_token_seconds_bucket"
-               for key, le in labels]
-    assert buckets == [*(str(b) for b in LATENCY_BUCKETS), "+Inf"]
+    for histogram in ("time_to_first_token", "inter_token_latency", "e2e_request_latency"):
+        buckets = [le for (name, labels) in values if name == f"vllm:{histogram}_seconds_bucket"
+                   for key, le in labels]
+        assert buckets == [*(str(b) for b in LATENCY_BUCKETS), "+Inf"], histogram
 
 
 @pytest.fixture
@@ -95,3 +96,12 @@ def test_step_counts_an_iteration_s_preemptions_and_tokens(midway):
     assert values[("vllm:num_preemptions_total", ())] == 2
     assert values[("vllm:prompt_tokens_total", ())] == prefill.prefill_tokens
     assert values[("vllm:generation_tokens_total", ())] == 7
+
+
+def test_uvicorn_runs_quietly_with_our_server_header_only_and_ten_seconds_to_drain():
+    from pagedbench.engines.serving.asgi_server import uvicorn_config
+
+    app = object()
+    config = uvicorn_config(app)
+    assert config.app is app and config.log_level == "warning" and config.timeout_graceful_shutdown == 10
+    assert config.access_log is False and config.server_header is False

@@ -79,3 +79,36 @@ def test_on_step_hears_every_row_and_the_drops_and_on_done_a_rejection():
     assert [ids for i, ids in tokens if i == kept.id] == [[]] * 3          # the sim makes no tokens
     assert record.end_s == executor.now() and 0.3 <= record.wall_s <= time.perf_counter() - started
     assert scheduler.kv.usage()[1] == 0
+
+
+class RecordingInbox(Inbox):
+    """The inbox, noting how long the loop was willing to wait at each take."""
+
+    def __init__(self, clock):
+        super().__init__(clock)
+        self.waits: list[float] = []
+
+    def take(self, timeout: float):
+        self.waits.append(timeout)
+        return super().take(timeout)
+
+
+def test_the_loop_waits_on_the_inbox_only_when_idle_and_ignores_aborts_of_unknown_ids():
+    executor, scheduler = UnitExecutor(), build_scheduler(ENGINE, LIMITS, 160, 1)
+    inbox, stop = RecordingInbox(executor.now), threading.Event()
+    inbox.put(inbox.new_request(list(range(10)), 4))
+    asked = []
+
+    def aborts() -> list[int]:
+        if not asked:
+            asked.append(999)            # no such request: nothing to drop, the loop goes on
+            return [999]
+        return []
+
+    threading.Timer(20, stop.set).start()
+    record = RunRecord(capacity_slots=scheduler.kv.capacity)
+    serve_loop(inbox, scheduler, executor, stop, lambda seq, ids: None, lambda seq: stop.set(), record=record,
+               aborts=aborts, idle_wait_s=0.01)
+    assert [s.status for s in record.sequences] == [Status.FINISHED]
+    assert inbox.waits[0] == 0                      # an abort to see to: no wait
+    assert inbox.waits[1:] == [0] * (len(inbox.waits) - 1) and len(inbox.waits) == len(record.iterations)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pagedbench.engines.serving.token_text import TokenText
+from tests.workloads.test_tokenizers import save_word_tokenizer
 
 REPLACEMENT = "\ufffd"
 
@@ -48,14 +49,7 @@ def test_flush_with_nothing_held_back_is_empty(cl100k):
 
 
 def test_a_hugging_face_tokenizer_from_a_local_directory(tmp_path):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {"[UNK]": 0, "hello": 1, "world": 2}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(tmp_path)
-
+    save_word_tokenizer(tmp_path, {"[UNK]": 0, "hello": 1, "world": 2})
     text = TokenText(f"hf:{tmp_path}")
     assert text.encode("hello world") == [1, 2]
     assert [text.token_bytes(i) for i in (-1, 0, 1, 2, 3)] == [b"", b"[UNK]", b"hello", b"world", b""]

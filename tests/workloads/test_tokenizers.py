@@ -25,17 +25,20 @@ def test_missing_hf_directory(tmp_path):
         load_tokenizer(f"hf:{tmp_path / 'missing'}")
 
 
-@pytest.mark.slow
-def test_hf_tokenizer_from_local_directory(tmp_path):
-    """Loading transformers takes a few seconds, hence slow."""
+def save_word_tokenizer(folder, vocab: dict[str, int]) -> None:
+    """A Hugging Face tokenizer of whole words (`vocab`, with "[UNK]" for the rest) saved to `folder`."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    vocab = {"[UNK]": 0, "hello": 1, "world": 2}
     backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(tmp_path)
+    PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="[UNK]").save_pretrained(folder)
 
+
+@pytest.mark.slow
+def test_hf_tokenizer_from_local_directory(tmp_path):
+    """Loading transformers takes a few seconds, hence slow."""
+    save_word_tokenizer(tmp_path, {"[UNK]": 0, "hello": 1, "world": 2})
     tokenizer = load_tokenizer(f"hf:{tmp_path}")
     assert tokenizer.name == f"hf:{tmp_path.resolve()}"
     assert tokenizer.encode("hello world zebra") == [1, 2, 0]
