@@ -399,20 +399,52 @@ def test_a_request_the_engine_rejects_gets_400_and_the_next_is_served(loaded, pa
         assert len(token_chunks(stream(server.port, {"prompt": list(range(10)), "max_tokens": 5}))) == 5
 
 
-def test_a_client_that_hangs_up_mid_stream_has_its_kv_blocks_freed(paged):
-    kv = paged.backend.scheduler.kv
-    assert kv.usage()[1] == 0
-    body = json.dumps({"prompt": PROMPT, "max_tokens": 100, "stream": True}).encode()
-    with socket.create_connection(("127.0.0.1", paged.port), timeout=30) as sock:
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-        assert sock.recv(4096).startswith(b"HTTP/1.1 200")      # headers come with the first token
-        assert kv.usage()[1] > 0                                 # its blocks are held while it streams
-    wait_idle(paged, timeout_s=30)            # dropped long before its 100 tokens: the engine has no work
-    assert kv.usage()[1] == 0 and not paged.backend.scheduler.held()
-    (aborted,) = [s for s in (paged.record.sequences if paged.record else []) if s.status == Status.FAILED] or [None]
-    assert len(token_chunks(stream(paged.port, {"prompt": PROMPT, "max_tokens": 5}))) == 5
-    assert call(paged.port, "GET", "/health")[0] == 200
+def test_a_client_that_hangs_up_mid_stream_has_its_kv_blocks_freed(loaded):
+    with running(loaded, "paged", keep_record=True) as server:
+        kv = server.backend.scheduler.kv
+        assert kv.usage()[1] == 0
+        body = json.dumps({"prompt": PROMPT, "max_tokens": 110, "stream": True}).encode()
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as sock:
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")      # headers come with the first token
+            assert kv.usage()[1] > 0                                 # its blocks are held while it streams
+        wait_idle(server, timeout_s=30)       # dropped long before its 110 tokens: the engine has no work
+        assert kv.usage()[1] == 0 and not server.backend.scheduler.held()
+        (dropped,) = server.record.sequences
+        assert dropped.status == Status.FAILED and len(dropped.output_token_ids) < 110    # aborted, not finished
+        assert len(token_chunks(stream(server.port, {"prompt": PROMPT, "max_tokens": 5}))) == 5
+        assert call(server.port, "GET", "/health")[0] == 200
+
+
+def test_the_app_s_lifespan_starts_and_stops_a_service_not_started(loaded):
+    """Under any ASGI server (here Starlette's test client), the app starts its service and stops it."""
+    from starlette.testclient import TestClient
+
+    backend = build_real(BACKEND, SPEC, ENGINES["paged"], LIMITS, loaded=loaded)
+    service = EngineService(backend, SPEC.name, "paged", "cl100k_base", max_seq_len=LIMITS.max_seq_len)
+    with TestClient(build_app(service)) as client:
+        assert service.healthy
+        response = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2})
+        assert response.status_code == 200 and response.json()["usage"]["completion_tokens"] == 2
+    assert not service.healthy and not service._engine.is_alive()
+
+
+HAN = [b"\xe6", b"\x97", b"\xa5"]      # the UTF-8 bytes of one character, a token each
+
+
+def test_a_character_split_across_tokens_is_whole_in_the_text_and_a_cut_one_replaced(loaded):
+    """Every output token made to carry a third of one character: four tokens are the character and a cut
+    one; streamed, the cut is replaced on the last token's chunk; whole, the same text."""
+    with running(loaded, "paged") as server:
+        calls = iter(range(10**6))
+        server.service.text.token_bytes = lambda token: HAN[next(calls) % 3]
+        chunks = token_chunks(stream(server.port, {"prompt": PROMPT, "max_tokens": 4}))
+        assert [c["choices"][0]["text"] for c in chunks] == ["", "", "\u65e5", "\ufffd"]
+        calls = iter(range(10**6))
+        server.service.text.token_bytes = lambda token: HAN[next(calls) % 3]
+        status, _, body = call(server.port, "POST", "/v1/completions", {"prompt": PROMPT, "max_tokens": 4})
+        assert status == 200 and json.loads(body)["choices"][0]["text"] == "\u65e5\ufffd"
 
 
 def hang_up_after_sending(port: int, body: dict, wait_s: float = 0.0, until=None) -> None:
