@@ -69,4 +69,22 @@ def section_peers(folder: Path) -> Section:
     return Section(render("peers_section.md.j2", title=step(STEP).title, data=data, rate=data.get("rate"),
                           max_output_len=data.get("max_output_len"), rows=rows,
                           overhead=overhead_rows(data["overhead"]), versus=versus(data.get("runs", {})),
+                          setting=data.get("setting"), vllm=data.get("versus_vllm"), greedy=data.get("greedy"),
+                          schedule=schedule_rows(data.get("schedule") or []), not_run=data.get("not_run") or [],
                           before=before(), notes=notes.read_text() if notes.is_file() else ""), has_runs=True)
+
+
+def _figure(entry: dict, key: str, digits: int) -> str:
+    """A schedule figure with its spread over the rounds ("n/a" where the source had none)."""
+    if entry.get(key) is None:
+        return "n/a"
+    low, high = entry.get(f"{key}_min"), entry.get(f"{key}_max")
+    text = f"{entry[key]:.{digits}f}"
+    return text if low is None or low == high else f"{text} ({low:.{digits}f}-{high:.{digits}f})"
+
+
+def schedule_rows(schedule: list[dict]) -> list[list[str]]:
+    """The schedule table: each row's batch (requests running), queue, KV usage and preemptions."""
+    return [[e["row"], e["source"], _figure(e, "running_mean", 1), _figure(e, "running_max", 0),
+             _figure(e, "waiting_mean", 1), _figure(e, "kv_usage_max", 2), _figure(e, "preemptions", 0),
+             str(e["rounds"])] for e in schedule]
