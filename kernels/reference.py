@@ -32,13 +32,20 @@ def write_kv(key: torch.Tensor,          # [num_tokens, num_kv_heads, head_dim]
     flat_v[slots] = value[keep].to(v_cache.dtype)
 
 
-def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
-    """q [H, D] for one token over k, v [L, Hkv, D]; fp32 softmax; returns [H, D]."""
-    num_heads, num_kv_heads = q.shape[0], k.shape[1]
-    qf = q.float().view(num_kv_heads, num_heads // num_kv_heads, q.shape[-1])     # [Hkv, G, D]
+def _attend_one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, out: torch.Tensor) -> None:
+    """q [H, D] for one token over k, v [L, Hkv, D]; fp32 softmax; writes out [H, D] (the query's dtype).
+
+    A view of the caller's output is written in place and the fp32 casts are skipped where the data is fp32
+    already: the per-sequence loop below runs for every row of every layer, and each op saved counts there.
+    """
+    num_heads, num_kv_heads, head_dim = q.shape[0], k.shape[1], q.shape[-1]
+    qf = q.float().view(num_kv_heads, num_heads // num_kv_heads, head_dim)       # [Hkv, G, D]
     kf, vf = k.float().transpose(0, 1), v.float().transpose(0, 1)                 # [Hkv, L, D]
-    probs = torch.softmax(torch.matmul(qf, kf.transpose(1, 2)) * scale, dim=-1)   # [Hkv, G, L]
-    return torch.matmul(probs, vf).reshape(num_heads, -1)
+    probs = torch.softmax(torch.matmul(qf, kf.transpose(1, 2)).mul_(scale), dim=-1)   # [Hkv, G, L]
+    if out.dtype == torch.float32:
+        torch.matmul(probs, vf, out=out.view(num_kv_heads, -1, head_dim))
+    else:
+        out.copy_(torch.matmul(probs, vf).reshape(num_heads, head_dim))
 
 
 def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, head_dim]
@@ -61,12 +68,16 @@ def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, 
     most = -(-max(lengths, default=1) // block_size)
     k_buf = torch.empty((most, *k_cache.shape[1:]), dtype=k_cache.dtype, device=k_cache.device)
     v_buf = torch.empty_like(k_buf)
+    # On this 2-core CPU the loop measured fastest of the torch formulations: each sequence's gathered blocks
+    # are still in cache when its attention reads them. One gather of every row's blocks, then the loop, was
+    # 1.5x slower at 23 rows; a padded batch and one masked matmul 6-10x (scripts/cpu_backend_bench.py attention).
+    tables = block_tables.long()
     for s, length in enumerate(lengths):
         n = -(-length // block_size)
-        blocks = block_tables[s, :n].long()
+        blocks = tables[s, :n]
         k = torch.index_select(k_cache, 0, blocks, out=k_buf[:n]).flatten(0, 1)[:length]   # [L, Hkv, D]
         v = torch.index_select(v_cache, 0, blocks, out=v_buf[:n]).flatten(0, 1)[:length]
-        out[s] = _attend_one(query[s], k, v, scale).to(query.dtype)
+        _attend_one(query[s], k, v, scale, out[s])
     return out
 
 
@@ -84,7 +95,7 @@ def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_he
     for s, (start, length) in enumerate(zip(seq_starts.tolist(), context_lens.tolist())):
         k = k_cache[start:start + length]                   # the region is contiguous: a view, no copy
         v = v_cache[start:start + length]
-        out[s] = _attend_one(query[s], k, v, scale).to(query.dtype)
+        _attend_one(query[s], k, v, scale, out[s])
     return out
 
 

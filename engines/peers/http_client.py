@@ -32,6 +32,7 @@ from tqdm import tqdm
 from pagedbench.engines.peers.http_config import ENDPOINTS, HttpBackendConfig
 from pagedbench.engines.peers.sse import DONE, aread_data, one_line, parse_chunk
 from pagedbench.engines.peers.timeline import Measured
+from pagedbench.engines.real.vocab import first_outside
 from pagedbench.workloads.request import Request
 from pagedbench.workloads.tokenizer import BpeTokenizer, HfTokenizer, load_tokenizer
 
@@ -281,8 +282,17 @@ def _describe(err: Exception, phase: str, cfg: HttpBackendConfig, tokens: int = 
 
 
 def _bodies(requests: list[Request], cfg: HttpBackendConfig, model: str) -> list[bytes]:
-    """Each request's JSON body: the prompt (token ids, or text), its output length, streaming with usage."""
+    """Each request's JSON body: the prompt (token ids, or text), its output length, streaming with usage.
+    Token prompts are checked against `cfg.vocab_size` when it is set; otherwise the server judges them (ours
+    and vLLM's answer an id outside the vocabulary with a 400, which the run reports as a failed request)."""
     decode = _decoder(cfg.tokenizer) if cfg.sends_text else None
+    if decode is None and cfg.vocab_size is not None:      # token prompts: refused here, before any is sent
+        for r in requests:
+            bad = first_outside(r.prompt_token_ids, cfg.vocab_size)
+            if bad is not None:
+                raise ValueError(f"request {r.id}: prompt token {bad} is id {r.prompt_token_ids[bad]}, outside the "
+                                 f"served model's vocabulary of {cfg.vocab_size} ids (backend.vocab_size); tokenize "
+                                 f"the trace with the model's tokenizer, or send text (backend.prompt=text)")
     bodies = []
     for r in requests:
         body: dict = {"model": model}

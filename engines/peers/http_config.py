@@ -37,8 +37,11 @@ class HttpBackendConfig:
     connect_timeout_s: float = 5.0
     read_timeout_s: float = 60.0      # longest silence between two bytes of a response (headers included)
     temperature: float = 0.0
+    vocab_size: int | None = None     # the served model's ids: a token prompt outside it is refused before sending
 
     def __post_init__(self) -> None:
+        if self.vocab_size is not None and self.vocab_size < 1:
+            raise ValueError(f"backend.vocab_size must be >= 1 or null, got {self.vocab_size}")
         if not isinstance(self.url, str) or not self.url:
             raise ValueError("backend.url is required: the server's root, e.g. http://127.0.0.1:8000")
         parts = urlsplit(self.url)

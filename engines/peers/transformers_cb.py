@@ -10,8 +10,9 @@ exactly its `output_len` tokens. Each token's time is the engine's own stamp,
 taken on its generation thread the moment the token is known on the host
 (the same process-wide `perf_counter` clock), carried on the streamed output;
 a token whose stamp was lost (a preempted request is recomputed and restarts
-its stamp list) takes the time it reached this thread. Trace token ids are
-folded into the vocabulary (id mod vocab size) as the real executor folds them.
+its stamp list) takes the time it reached this thread. A trace token id outside
+the vocabulary stops the replay, or is folded into it, by `backend.out_of_vocab`
+as the real executor's (`engines/real/vocab.py`).
 
 What transformers does not expose is said, not guessed: `engine_fields`
 reports its cache geometry and forward count, and why batch sizes are absent.
@@ -30,6 +31,7 @@ from transformers.generation.continuous_batching import ContinuousBatchingManage
 from pagedbench.engines.peers.timeline import Measured
 from pagedbench.engines.peers.transformers_config import KVSizing, TransformersBackendConfig, cb_options, kv_sizing
 from pagedbench.engines.real.model import build_model, resolve_device, resolve_dtype
+from pagedbench.engines.real.vocab import fit_prompt
 from pagedbench.engines.specs.model import ModelSpec
 from pagedbench.workloads.request import Request
 
@@ -112,10 +114,19 @@ def check_widths(requests: list[Request]) -> None:
 
 
 def replay_on_manager(manager: ContinuousBatchingManager, requests: list[Request], vocab_size: int,
-                      progress: bool | None = None) -> tuple[list[Measured], float, dict[int, list[int]]]:
+                      progress: bool | None = None, out_of_vocab: str = "error",
+                      wrapped: set[int] | None = None) -> tuple[list[Measured], float, dict[int, list[int]]]:
     """Submit each request at its arrival, collect its tokens; returns the measured requests in id order, the
-    wall seconds from the replay's start to its last output, and each request's generated token ids."""
+    wall seconds from the replay's start to its last output, and each request's generated token ids. Every
+    prompt is checked against the vocabulary before the clock starts (`engines/real/vocab.py`): `error` stops
+    here, `wrap` folds its ids and adds its id to `wrapped`."""
     check_widths(requests)
+    prompts = {}
+    for r in requests:
+        folded = fit_prompt(r.id, r.prompt_token_ids, vocab_size, out_of_vocab, "backend.out_of_vocab")
+        prompts[r.id] = list(r.prompt_token_ids) if folded is None else folded
+        if folded is not None and wrapped is not None:
+            wrapped.add(r.id)
     measured = {r.id: Measured(r) for r in requests}
     tokens: dict[int, list[int]] = {r.id: [] for r in requests}
     pending = deque(sorted(requests, key=lambda r: (r.arrival_s, r.id)))
@@ -129,7 +140,7 @@ def replay_on_manager(manager: ContinuousBatchingManager, requests: list[Request
         while pending and pending[0].arrival_s <= now - start:
             r = pending.popleft()
             sent = time.perf_counter()
-            manager.add_request([t % vocab_size for t in r.prompt_token_ids], request_id=str(r.id),
+            manager.add_request(prompts[r.id], request_id=str(r.id),
                                 max_new_tokens=r.output_len, streaming=True, record_timestamps=True,
                                 eos_token_id=-1)
             measured[r.id].sent_s = sent - start
@@ -215,8 +226,11 @@ def replay_transformers(requests: list[Request], spec: ModelSpec, cfg: Transform
     try:
         warm_up(manager, spec)
         warmup_steps = manager.current_batch
-        measured, wall, _ = replay_on_manager(manager, requests, model.config.vocab_size, progress)
+        wrapped: set[int] = set()
+        measured, wall, _ = replay_on_manager(manager, requests, model.config.vocab_size, progress,
+                                              cfg.out_of_vocab, wrapped)
         info = engine_fields(manager, sizing, model.config._attn_implementation, warmup_steps)
+        info.update(out_of_vocab=cfg.out_of_vocab, requests_wrapped=len(wrapped))
     finally:
         manager.stop(block=True, timeout=30, hard_stop=True)
         manager.destroy()

@@ -17,6 +17,7 @@ from transformers import GenerationConfig
 from transformers.generation.configuration_utils import ContinuousBatchingConfig
 
 from pagedbench.engines.real.kv_cache import bytes_per_slot, kv_budget_bytes
+from pagedbench.engines.real.vocab import check_choice
 from pagedbench.engines.specs.mapping import build_from_mapping
 
 # The implementations transformers' continuous batching runs (ContinuousBatchingManager.switch_to_cb_friendly_attn).
@@ -41,8 +42,10 @@ class TransformersBackendConfig:
     cpu_offload_gib: float = 0.0      # host swap for preempted requests; 0: preemption recomputes (soft reset)
     temperature: float = 0.0          # 0: greedy; > 0: seeded sampling
     seed: int = 0                     # weights (the same model as the real backend's) and sampling
+    out_of_vocab: str = "error"       # a prompt id outside the vocabulary: error | wrap (engines/real/vocab.py)
 
     def __post_init__(self) -> None:
+        check_choice(self.out_of_vocab, "backend.out_of_vocab")
         if self.attention not in ATTENTIONS:
             hint = " ('paged|sdpa' is now plain 'sdpa')" if self.attention == "paged|sdpa" else ""
             raise ValueError(f"backend.attention={self.attention!r} is not one of {list(ATTENTIONS)}{hint}")

@@ -13,10 +13,12 @@ from pagedbench.engines.protocols import Scheduler
 from pagedbench.engines.specs.mapping import build_from_mapping
 from pagedbench.engines.specs.model import ModelSpec
 from pagedbench.engines.real.attention import register
+from pagedbench.engines.real.cpu_gemm import apply_cpu_gemm
 from pagedbench.engines.real.executor import RealExecutor
 from pagedbench.engines.real.kv_cache import KVCache, allocate_kv, bytes_per_slot, kv_budget_bytes
 from pagedbench.engines.real.model import build_model, resolve_device, resolve_dtype
 from pagedbench.engines.real.swap import allocate_host_blocks
+from pagedbench.engines.real.vocab import check_choice
 from pagedbench.kernels.ops import load_ops
 
 log = logging.getLogger("pagedbench")
@@ -33,10 +35,13 @@ class RealBackendConfig:
     cpu_kv_budget_mib: float = 64.0   # cpu default: small enough that memory binds on the default trace
     temperature: float = 0.0          # 0: greedy; > 0: seeded sampling
     seed: int = 0                     # weights and sampling
+    cpu_gemm: str = "onednn"          # cpu: onednn (linears packed once, engines/real/cpu_gemm.py) | torch (F.linear)
+    out_of_vocab: str = "error"       # a prompt id outside the model's vocabulary: error | wrap (id mod vocab size)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"backend.temperature must be >= 0, got {self.temperature}")
+        check_choice(self.out_of_vocab, "backend.out_of_vocab")
 
     @classmethod
     def from_dict(cls, d: dict) -> "RealBackendConfig":
@@ -54,6 +59,7 @@ class RealSetup:
     budget_bytes: int
     bytes_per_slot: int
     num_slots: int
+    gemm: str = "torch"                        # what the model's linears run (engines/real/cpu_gemm.py)
     load: dict = field(default_factory=dict)   # host_load() when the backend was built
 
     @property
@@ -62,18 +68,25 @@ class RealSetup:
 
     def describe(self) -> str:
         return (f"{self.model}: KV budget: {self.budget_bytes / 2**20:.1f} MiB = {self.num_slots:,} token slots "
-                f"({self.bytes_per_slot / 1024:.1f} KiB/token) on {self.device}, {self.dtype}, {self.kernels} kernels")
+                f"({self.bytes_per_slot / 1024:.1f} KiB/token) on {self.device}, {self.dtype}, {self.kernels} kernels, "
+                f"{self.gemm} linears")
 
     def summary_fields(self) -> dict:
-        return {"device": self.device, "dtype": self.dtype, "kernels": self.kernels,
+        return {"device": self.device, "dtype": self.dtype, "kernels": self.kernels, "gemm": self.gemm,
+                "out_of_vocab": self.executor.out_of_vocab,
                 "kv_budget_bytes": self.budget_bytes, "kv_budget_slots": self.num_slots,
                 "torch_threads": self.load.get("torch_threads"), "cpu_count": self.load.get("cpu_count"),
                 "load_avg_1m_start": self.load.get("load_avg_1m")}
 
     def after_run_fields(self, busy_s: float) -> dict:
-        """Time inside the model forward, and the machine's load when the run ended."""
+        """Time inside the model forward, the requests whose prompt ids were folded into the vocabulary, and the
+        machine's load when the run ended."""
         forward = self.executor.forward_s
-        return {"forward_s": forward, "forward_fraction_of_iterations": forward / busy_s if busy_s > 0 else None,
+        wrapped = len(self.executor.wrapped)
+        if wrapped:
+            log.warning("%d requests had prompt ids outside the model's vocabulary of %d, folded into it "
+                        "(backend.out_of_vocab=wrap)", wrapped, self.executor.vocab_size)
+        return {"requests_wrapped": wrapped, "forward_s": forward, "forward_fraction_of_iterations": forward / busy_s if busy_s > 0 else None,
                 "load_avg_1m_end": host_load()["load_avg_1m"]}
 
 
@@ -118,6 +131,7 @@ class LoadedModel:
     num_layers: int
     kv_heads: int
     head_dim: int
+    gemm: str = "torch"       # what its linears run: torch (F.linear) or onednn (packed; engines/real/cpu_gemm.py)
 
     @property
     def bytes_per_slot(self) -> int:
@@ -133,11 +147,12 @@ def load_real_model(backend: RealBackendConfig, spec: ModelSpec) -> LoadedModel:
         check_fits(spec, dtype, device)
     model = build_model(spec, device, dtype, seed=backend.seed, path=spec.path)
     model.set_attn_implementation(register())
+    gemm = apply_cpu_gemm(model, backend.cpu_gemm, device, dtype)
     cfg = model.config
     heads = cfg.num_attention_heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    return LoadedModel(spec, model, device, dtype, ops, cfg.num_hidden_layers, kv_heads, head_dim)
+    return LoadedModel(spec, model, device, dtype, ops, cfg.num_hidden_layers, kv_heads, head_dim, gemm)
 
 
 def build_real(backend: RealBackendConfig, spec: ModelSpec, engine: EngineConfig, limits: SchedulerLimits,
@@ -159,7 +174,7 @@ def build_real(backend: RealBackendConfig, spec: ModelSpec, engine: EngineConfig
         host_k, host_v = allocate_host_blocks(cache.k, host_blocks)
         host = KVCache(host_k, host_v, host_blocks * engine.block_size, per_slot)
     executor = RealExecutor(loaded.model, scheduler.kv, cache, loaded.ops, device, backend.temperature,
-                            backend.seed, host=host)
+                            backend.seed, host=host, out_of_vocab=backend.out_of_vocab)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     load = host_load()
     if load["load_avg_1m"] > load["cpu_count"]:
@@ -167,4 +182,4 @@ def build_real(backend: RealBackendConfig, spec: ModelSpec, engine: EngineConfig
                     "so this run's wall-clock figures will read slow; time runs one at a time",
                     load["load_avg_1m"], load["cpu_count"])
     return RealSetup(scheduler, executor, spec.name, device_name, str(dtype).removeprefix("torch."),
-                     loaded.ops.name, budget, per_slot, slots, load)
+                     loaded.ops.name, budget, per_slot, slots, loaded.gemm, load)

@@ -156,6 +156,7 @@ class EngineService:
         self.backend, self.engine_label = backend, engine_label
         self.model_id = f"pagedbench-{engine_label}-{model_name}"
         self.max_seq_len = max_seq_len
+        self.vocab_size: int | None = getattr(backend.executor, "vocab_size", None)   # the model's, on the real backend
         self.text = TokenText(tokenizer)
         self.server_header = f"pagedbench/{VERSION} {engine_label}"
         self.created = int(time.time())
@@ -366,7 +367,7 @@ def build_app(service: EngineService, api_key: str | None = None):
         if not service.healthy:
             return error(503, service.unavailable(), "unavailable", "server_error")
         try:
-            parsed = parse_body(await body_of(request), chat, service.text, service.max_seq_len)
+            parsed = parse_body(await body_of(request), chat, service.text, service.max_seq_len, service.vocab_size)
         except BadRequest as err:
             return error(400, str(err), err.code)
         request_id, stream = service.submit(parsed)

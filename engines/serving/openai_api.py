@@ -52,7 +52,7 @@ def _flag(body: dict, key: str) -> bool:
     return bool(value)
 
 
-def _prompt_ids(body: dict, chat: bool, text: TokenText) -> list[int]:
+def _prompt_ids(body: dict, chat: bool, text: TokenText, vocab_size: int | None = None) -> list[int]:
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages or not all(isinstance(m, dict) for m in messages):
@@ -64,6 +64,10 @@ def _prompt_ids(body: dict, chat: bool, text: TokenText) -> list[int]:
     if isinstance(prompt, str):
         return text.encode(prompt)
     if isinstance(prompt, list) and all(_int(t) and t >= 0 for t in prompt):
+        bad = next((i for i, t in enumerate(prompt) if vocab_size is not None and t >= vocab_size), None)
+        if bad is not None:
+            raise BadRequest(f"prompt token {bad} is id {prompt[bad]}, outside the model's vocabulary of {vocab_size} "
+                             f"ids (0..{vocab_size - 1})", "invalid_token_id")
         return prompt
     raise BadRequest("prompt must be a string or a list of token ids (ints >= 0), one prompt per request")
 
@@ -77,11 +81,13 @@ def _content(content) -> str:
     raise BadRequest(f"a message's content must be a string or a list of parts, got {type(content).__name__}")
 
 
-def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None) -> ParsedRequest:
+def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None,
+               vocab_size: int | None = None) -> ParsedRequest:
     """Check a request body; unknown fields (temperature, model, ignore_eos, ...) are accepted and ignored.
     Without max_tokens (for chat, max_completion_tokens, which wins when both are given) a request gets the
     rest of the context, `max_seq_len` minus its prompt, as vLLM gives it; logprobs are refused (not
-    computed)."""
+    computed). A prompt of token ids must lie in the model's vocabulary (`vocab_size`, when the engine has
+    one): an id outside it gets a 400 naming it, as vLLM answers, never a silent fold."""
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
@@ -104,7 +110,7 @@ def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None)
     options = body.get("stream_options") or {}
     if not isinstance(options, dict):
         raise BadRequest(f"stream_options must be an object, got {options!r}")
-    ids = _prompt_ids(body, chat, text)
+    ids = _prompt_ids(body, chat, text, vocab_size)
     if not ids:
         raise BadRequest("the prompt is empty: it must hold at least one token", "empty_prompt")
     if max_tokens is None:             # as vLLM: the rest of the context

@@ -36,3 +36,23 @@ def format_summary(summary: dict, title: str) -> str:
         lines.append(f"  {name:<{width}}  {value.replace('nan', 'n/a')}")
     return "\n".join(lines)
 
+
+
+def with_spread(entry: dict, key: str, digits: int) -> str:
+    """`entry[key]` with its spread over rounds, `entry[key_min]`-`entry[key_max]`, where they differ ("n/a" where
+    the entry has no figure): the cells of a table of repeated runs, as the studies print them and the report."""
+    if entry.get(key) is None:
+        return "n/a"
+    low, high = entry.get(f"{key}_min"), entry.get(f"{key}_max")
+    text = f"{entry[key]:.{digits}f}"
+    return text if low is None or low == high else f"{text} ({low:.{digits}f}-{high:.{digits}f})"
+
+
+SCHEDULE_FIGURES = (("running_mean", 1), ("running_max", 0), ("waiting_mean", 1), ("kv_usage_max", 2),
+                    ("preemptions", 0))
+
+
+def schedule_cells(entry: dict) -> list[str]:
+    """One row of the peers' schedule table: its row and source, each schedule figure with its spread, rounds."""
+    return [entry["row"], entry["source"], *(with_spread(entry, k, d) for k, d in SCHEDULE_FIGURES),
+            str(entry["rounds"])]

@@ -13,6 +13,7 @@ from pathlib import Path
 import subprocess
 
 from pagedbench.paths import OUTPUTS, ROOT
+from pagedbench.results.record.console import schedule_cells
 from pagedbench.results.report.section import NotRun, Section, step_command
 from pagedbench.results.report.steps import step
 from pagedbench.results.report.template import render
@@ -74,17 +75,6 @@ def section_peers(folder: Path) -> Section:
                           before=before(), notes=notes.read_text() if notes.is_file() else ""), has_runs=True)
 
 
-def _figure(entry: dict, key: str, digits: int) -> str:
-    """A schedule figure with its spread over the rounds ("n/a" where the source had none)."""
-    if entry.get(key) is None:
-        return "n/a"
-    low, high = entry.get(f"{key}_min"), entry.get(f"{key}_max")
-    text = f"{entry[key]:.{digits}f}"
-    return text if low is None or low == high else f"{text} ({low:.{digits}f}-{high:.{digits}f})"
-
-
 def schedule_rows(schedule: list[dict]) -> list[list[str]]:
     """The schedule table: each row's batch (requests running), queue, KV usage and preemptions."""
-    return [[e["row"], e["source"], _figure(e, "running_mean", 1), _figure(e, "running_max", 0),
-             _figure(e, "waiting_mean", 1), _figure(e, "kv_usage_max", 2), _figure(e, "preemptions", 0),
-             str(e["rounds"])] for e in schedule]
+    return [schedule_cells(e) for e in schedule]

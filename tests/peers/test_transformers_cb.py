@@ -23,7 +23,7 @@ CPU = torch.device("cpu")
 
 
 def trace(n=6, span_s=1.0, seed=0):
-    """Prompts of 5-40 tokens (ids beyond the vocabulary, folded by the peer), outputs of 3-12 tokens."""
+    """Prompts of 5-40 tokens (ids beyond the vocabulary: the replays set out_of_vocab=wrap), outputs of 3-12 tokens."""
     rng = random.Random(seed)
     return [Request(i, round(i * span_s / n, 3), tuple(rng.randrange(60000) for _ in range(rng.randint(5, 40))),
                     rng.randint(3, 12)) for i in range(n)]
@@ -106,7 +106,7 @@ def test_budget_below_one_block_is_refused():
 @pytest.fixture(scope="module")
 def replay():
     requests = trace()
-    cfg = TransformersBackendConfig(device="cpu", kv_budget_mib=1.0)
+    cfg = TransformersBackendConfig(device="cpu", kv_budget_mib=1.0, out_of_vocab="wrap")
     measured, wall, info = replay_transformers(requests, LLAMA, cfg, progress=False)
     return requests, measured, wall, info
 
@@ -134,6 +134,8 @@ def test_engine_reports_our_kv_budget(replay):
     assert info["kv_bytes"] == info["kv_slots"] * PER_SLOT == info["kv_budget_bytes"] == 2**20
     assert info["kv_bytes_allocated"] > info["kv_bytes"]      # plus transformers' two padding sectors
     assert info["attention"] == "sdpa" and info["max_batch_tokens"] == 2048
+    assert info["out_of_vocab"] == "wrap" and info["requests_wrapped"] == sum(
+        max(r.prompt_token_ids) >= LLAMA.vocab_size for r in requests)
     # one forward per generated token at most; fewer when requests overlapped
     assert max(r.output_len for r in requests) <= info["forward_steps"] <= sum(r.output_len for r in requests)
 
@@ -160,13 +162,20 @@ def test_greedy_tokens_equal_generate_and_eos_is_ignored(attention):
     try:
         warm_up(manager, LLAMA)
         steps = manager.current_batch
-        measured, _, tokens = replay_on_manager(manager, requests, LLAMA.vocab_size, progress=False)
+        measured, _, tokens = replay_on_manager(manager, requests, LLAMA.vocab_size, progress=False,
+                                                out_of_vocab="wrap")
         steps = manager.current_batch - steps
     finally:
         manager.stop(block=True, timeout=30, hard_stop=True)
     assert tokens == reference
     assert [m.output_tokens for m in measured] == [10, 10, 10]
     assert steps < 30                                   # the three requests shared forward passes
+
+
+def test_an_id_outside_the_vocabulary_stops_the_replay_before_the_model_runs_unless_wrapped():
+    requests = [Request(0, 0.0, (1, 2), 2), Request(1, 0.0, (3, LLAMA.vocab_size), 2)]
+    with pytest.raises(ValueError, match=rf"request 1: prompt token 1 is id {LLAMA.vocab_size}, outside"):
+        replay_on_manager(None, requests, LLAMA.vocab_size, progress=False)
 
 
 def test_opt_is_refused_with_one_line():
@@ -180,7 +189,7 @@ def test_preempted_requests_still_produce_every_token():
     (soft reset: frees the KV, recomputes later). Each request still counts every token, its times in order."""
     rng = random.Random(0)
     requests = [Request(i, 0.0, tuple(rng.randrange(60000) for _ in range(30)), 20) for i in range(6)]
-    cfg = TransformersBackendConfig(device="cpu", kv_budget_mib=8 * 16 * PER_SLOT / 2**20)
+    cfg = TransformersBackendConfig(device="cpu", kv_budget_mib=8 * 16 * PER_SLOT / 2**20, out_of_vocab="wrap")
     measured, _, info = replay_transformers(requests, LLAMA, cfg, progress=False)
     assert info["kv_num_blocks"] == 8
     for m in measured:

@@ -33,9 +33,11 @@ def vllm_server(folder, port: int):
 
 
 def test_the_study_runs_vllm_beside_our_paged_server_with_equal_greedy_tokens(opt_folder, tmp_path):
+    # Up to 96 tokens each: a run must outlast a few of the study's 0.2 s /metrics polls to show its batch (6
+    # requests of 12 tokens ended between two polls once our server ran at vLLM's pace).
     out = opt_folder.parent
     done = subprocess.run([sys.executable, "-m", "pagedbench.studies.peers", "--out", str(out), "--model", "tiny",
-                           "--threads", "1", "--requests", "6", "--max-output-len", "12", "--rounds", "1",
+                           "--threads", "1", "--requests", "6", "--max-output-len", "96", "--rounds", "1",
                            "--only", "vllm (HTTP)", "paged-32 (HTTP)", "paged-32 (sim)"],
                           cwd=ROOT, capture_output=True, text=True, timeout=900, env={**os.environ, **ENV})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

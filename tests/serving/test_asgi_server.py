@@ -783,3 +783,13 @@ def test_2000_requests_in_a_row_leak_no_memory_and_no_thread(loaded):
         wait_idle(server)
         assert kv.usage() == (0, 0) and not server.service._streams
         assert threading.active_count() <= threads
+
+
+def test_a_prompt_id_outside_the_model_s_vocabulary_gets_a_400_that_names_it(paged):
+    assert paged.service.vocab_size == SPEC.vocab_size == 50272
+    status, _, payload = call(paged.port, "POST", "/v1/completions", {"prompt": [1, 50272], "max_tokens": 2})
+    assert status == 400
+    error = json.loads(payload)["error"]
+    assert error["code"] == "invalid_token_id" and "prompt token 1 is id 50272" in error["message"]
+    status, _, _ = call(paged.port, "POST", "/v1/completions", {"prompt": [1, 50271], "max_tokens": 2})
+    assert status == 200

@@ -165,3 +165,13 @@ def test_a_whole_reply(chat):
                                      "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}
     assert reply(chat, True).whole([4, 5], "ab")["choices"][0]["token_ids"] == [4, 5]
     assert "token_ids" not in r.whole([4], "a")["choices"][0]
+
+
+def test_a_token_id_outside_the_model_s_vocabulary_is_refused_by_name_never_folded(text):
+    body = json.dumps({"prompt": [0, 9, 10, 3], "max_tokens": 2}).encode()
+    assert parse_body(body, False, text, 16, vocab_size=11).prompt_ids == [0, 9, 10, 3]   # 10 is the last id
+    with pytest.raises(BadRequest) as caught:
+        parse_body(json.dumps({"prompt": [0, 9, 11, 3], "max_tokens": 2}).encode(), False, text, 16, vocab_size=11)
+    assert caught.value.code == "invalid_token_id"
+    assert str(caught.value) == "prompt token 2 is id 11, outside the model's vocabulary of 11 ids (0..10)"
+    assert parse_body(json.dumps({"prompt": [10**6], "max_tokens": 2}).encode(), False, text, 16).prompt_ids == [10**6]

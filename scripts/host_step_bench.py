@@ -1,0 +1,103 @@
+"""The real executor's host time per decode step, with the model's forward replaced by a no-op.
+
+    python scripts/host_step_bench.py                       # paged and orca_oracle, 1 / 32 / 128 rows
+    python scripts/host_step_bench.py --rows 32 --engines paged --steps 200
+
+What is timed is `RealExecutor.execute(batch)` of decode steps, whose forward returns prepared logits at once:
+the Python that turns a batch into the model's inputs (token ids, positions, slot mapping, context lengths,
+block tables or region starts), the attention metadata, and the tokens read back and appended. The scheduler's
+own step is not timed. Every request has a 256-token prompt and never finishes during the measure, so each
+step decodes exactly `rows` rows. The logits are [rows, 16]: the argmax over a real vocabulary is the model's
+work, not the host's. Printed per engine and row count: min / median / max microseconds a step over `--repeat`
+blocks of `--steps` steps (each block's mean), torch on one thread.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from types import SimpleNamespace
+
+import torch
+
+from pagedbench.engines.build import build_scheduler
+from pagedbench.engines.config import SchedulerLimits
+from pagedbench.engines.engine import Engine
+from pagedbench.engines.real.executor import RealExecutor
+from pagedbench.engines.real.kv_cache import allocate_kv
+from pagedbench.engines.registry import engine_config
+from pagedbench.kernels.ops import load_ops
+from pagedbench.workloads.request import Request
+
+PROMPT = 256
+VOCAB = 16
+
+
+class NoOpModel:
+    """Stands in for the model: the config the executor reads, and a forward that returns ready logits."""
+
+    def __init__(self, rows: int):
+        self.config = SimpleNamespace(vocab_size=50272)
+        self.logits = SimpleNamespace(logits=torch.zeros(1, rows, VOCAB))
+
+    def __call__(self, input_ids, position_ids, use_cache, logits_to_keep):
+        rows = input_ids.shape[1] if isinstance(logits_to_keep, int) else logits_to_keep.shape[0]
+        return SimpleNamespace(logits=self.logits.logits[:, :rows])
+
+
+def decode_steps(engine_name: str, rows: int, steps: int, repeat: int) -> list[float]:
+    """Seconds per decode step, the mean of each block of `steps`."""
+    config = engine_config(dict(name=engine_name, block_size=16) if engine_name == "paged" else
+                           dict(name="orca", reservation="oracle"))
+    output = steps * (repeat + 1) + 8          # longer than the measure: no request finishes during it
+    capacity = 2 * rows * 2 ** (PROMPT + output).bit_length()   # room for the buddy allocator's power-of-2 regions
+    limits = SchedulerLimits(max_num_seqs=rows, max_num_batched_tokens=PROMPT + output, max_seq_len=PROMPT + output)
+    scheduler = build_scheduler(config, limits, capacity, 8)
+    # One layer of one head of width 1: the no-op forward reads nothing, and the layout is what the host builds.
+    cache = allocate_kv(1, 1, 1, capacity, config.block_size if config.name == "paged" else None, torch.float32,
+                        torch.device("cpu"))
+    executor = RealExecutor(NoOpModel(max(rows, PROMPT)), scheduler.kv, cache, load_ops("torch"), torch.device("cpu"))
+    engine = Engine(scheduler, executor)
+    for i in range(rows):
+        engine.add(Request(i, 0.0, tuple(range(1, PROMPT + 1)), output), 0.0)
+    while len(scheduler.running) < rows or any(s.generated == 0 for s in scheduler.running.values()):
+        if engine.step(0.0) is None:
+            raise RuntimeError(f"{engine_name}: {rows} requests could not all be admitted")
+    means = []
+    timed = executor.execute
+    for _ in range(repeat + 1):     # the first block warms up
+        spent = 0.0
+
+        def execute(batch):
+            nonlocal spent
+            start = time.perf_counter()
+            out = timed(batch)
+            spent += time.perf_counter() - start
+            return out
+        executor.execute = execute
+        for _ in range(steps):
+            out = engine.step(0.0)
+            assert out is not None and len(out.batch.decode) == rows and not out.batch.prefill
+        means.append(spent / steps)
+    return means[1:]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", nargs="+", default=["paged", "orca_oracle"], choices=["paged", "orca_oracle"])
+    parser.add_argument("--rows", nargs="+", type=int, default=[1, 32, 128])
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    if min(args.rows) < 1 or args.steps < 1 or args.repeat < 1:
+        parser.error("--rows, --steps and --repeat must be >= 1")
+    torch.set_num_threads(1)
+    print(f"{'engine':<12} {'rows':>5} {'us/step min':>12} {'median':>8} {'max':>8}")
+    for name in args.engines:
+        for rows in args.rows:
+            us = [1e6 * s for s in decode_steps("paged" if name == "paged" else "orca", rows, args.steps, args.repeat)]
+            print(f"{name:<12} {rows:>5} {min(us):>12.1f} {statistics.median(us):>8.1f} {max(us):>8.1f}")
+
+
+if __name__ == "__main__":
+    main()
