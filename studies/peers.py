@@ -56,6 +56,7 @@ import urllib.request
 from pagedbench.engines import registry
 from pagedbench.engines.peers.server_process import free_port, launched
 from pagedbench.paths import ROOT
+from pagedbench.results.record.console import schedule_cells
 
 MODEL = "tiny-llama"
 MODELS = ("tiny-llama", "tiny")      # the OPT one: ours and vLLM only (transformers' continuous batching cannot)
@@ -421,15 +422,6 @@ def versus_vllm(results: dict[str, list[dict]]) -> dict | None:
     return {"ours_over_vllm": sum(pairs) / len(pairs), "min": min(pairs), "max": max(pairs), "pairs": len(pairs)}
 
 
-def _spread(entry: dict, key: str, digits: int) -> str:
-    if entry.get(key) is None:
-        return "n/a"
-    text = f"{entry[key]:.{digits}f}"
-    if entry.get(f"{key}_min") is not None and entry[f"{key}_min"] != entry[f"{key}_max"]:
-        text += f" ({entry[f'{key}_min']:.{digits}f}-{entry[f'{key}_max']:.{digits}f})"
-    return text
-
-
 def markdown(rows: list[dict], overhead: list[dict], command: str, schedule: list[dict] | None = None,
              vs: dict | None = None, greedy: dict | None = None, setting: dict | None = None) -> str:
     lines = [f"`{command}`", ""]
@@ -458,9 +450,7 @@ def markdown(rows: list[dict], overhead: list[dict], command: str, schedule: lis
     if schedule:
         lines += ["", "| row | from | running mean | running peak | waiting mean | KV usage peak | preemptions |"
                   " rounds |", "|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {e['row']} | {e['source']} | {_spread(e, 'running_mean', 1)} | {_spread(e, 'running_max', 0)} | "
-                  f"{_spread(e, 'waiting_mean', 1)} | {_spread(e, 'kv_usage_max', 2)} | "
-                  f"{_spread(e, 'preemptions', 0)} | {e['rounds']} |" for e in schedule]
+        lines += ["| " + " | ".join(schedule_cells(e)) + " |" for e in schedule]
     return "\n".join(lines) + "\n"
 
 
