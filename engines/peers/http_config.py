@@ -38,6 +38,7 @@ class HttpBackendConfig:
     read_timeout_s: float = 60.0      # longest silence between two bytes of a response (headers included)
     temperature: float = 0.0
     vocab_size: int | None = None     # the served model's ids: a token prompt outside it is refused before sending
+                                      # (not in conf/backend/http.yaml: +backend.vocab_size=N)
 
     def __post_init__(self) -> None:
         if self.vocab_size is not None and self.vocab_size < 1:

@@ -42,7 +42,8 @@ class TransformersBackendConfig:
     cpu_offload_gib: float = 0.0      # host swap for preempted requests; 0: preemption recomputes (soft reset)
     temperature: float = 0.0          # 0: greedy; > 0: seeded sampling
     seed: int = 0                     # weights (the same model as the real backend's) and sampling
-    out_of_vocab: str = "error"       # a prompt id outside the vocabulary: error | wrap (engines/real/vocab.py)
+    out_of_vocab: str = "wrap"        # a prompt id outside the vocabulary: wrap | error (engines/real/vocab.py);
+                                      # not in conf/backend/transformers.yaml: set it as +backend.out_of_vocab=error
 
     def __post_init__(self) -> None:
         check_choice(self.out_of_vocab, "backend.out_of_vocab")

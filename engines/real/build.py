@@ -35,8 +35,12 @@ class RealBackendConfig:
     cpu_kv_budget_mib: float = 64.0   # cpu default: small enough that memory binds on the default trace
     temperature: float = 0.0          # 0: greedy; > 0: seeded sampling
     seed: int = 0                     # weights and sampling
+    # Two keys not in conf/backend/real.yaml (a change there would make the sim's records stale: conf/ is in the
+    # sim's result scope): set them with a leading +, e.g. `+backend.cpu_gemm=torch`. The run's summary names both.
     cpu_gemm: str = "onednn"          # cpu: onednn (linears packed once, engines/real/cpu_gemm.py) | torch (F.linear)
-    out_of_vocab: str = "error"       # a prompt id outside the model's vocabulary: error | wrap (id mod vocab size)
+    out_of_vocab: str = "wrap"        # a prompt id outside the model's vocabulary: wrap (id mod vocab size, counted
+                                      # in the summary: the packaged traces are cl100k ids, past the tiny model's
+                                      # 50,272) | error (the run stops, naming the request)
 
     def __post_init__(self) -> None:
         if self.temperature < 0:

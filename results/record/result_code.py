@@ -68,10 +68,8 @@ NOT_RESULTS = {
     "results/sweeps/__init__.py": "a docstring",
     "results/__init__.py": "a docstring",
 }
-# Under RESULT_PATHS, what no run of the simulated backend imports or composes (a folder or a file; a backend's
-# config group is read only by the runs that choose that backend).
-SIM_UNUSED = ("engines/real", "engines/serving", "kernels", "conf/backend/real.yaml", "conf/backend/http.yaml",
-              "conf/backend/transformers.yaml", "engines/peers/http_client.py",
+# Under RESULT_PATHS, what no run of the simulated backend imports (a folder or a file).
+SIM_UNUSED = ("engines/real", "engines/serving", "kernels", "engines/peers/http_client.py",
               "engines/peers/http_config.py", "engines/peers/server_process.py", "engines/peers/sse.py",
               "engines/peers/transformers_cb.py", "engines/peers/transformers_config.py", "studies/beam_check.py",
               "studies/calibration.py", "studies/fit.py", "studies/hf_generate.py", "studies/kernel_bench.py",

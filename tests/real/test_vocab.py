@@ -26,8 +26,8 @@ def test_ids_in_the_vocabulary_pass_and_the_first_outside_is_named():
         check_choice("fold", "k")
 
 
-def test_every_config_checks_the_choice_and_the_real_one_refuses_by_default():
-    assert RealBackendConfig().out_of_vocab == TransformersBackendConfig().out_of_vocab == "error"
+def test_every_config_checks_the_choice_and_folds_by_default():
+    assert RealBackendConfig().out_of_vocab == TransformersBackendConfig().out_of_vocab == "wrap"
     for make in (lambda: RealBackendConfig(out_of_vocab="mod"), lambda: TransformersBackendConfig(out_of_vocab="mod")):
         with pytest.raises(ValueError, match="backend.out_of_vocab='mod'"):
             make()
