@@ -613,6 +613,9 @@ def test_an_api_key_guards_the_v1_routes(loaded):
         assert headers["server"] == server.service.server_header          # set by the guard's own answer
         assert status == 401 and error["type"] == "authentication_error" and error["code"] == "invalid_api_key"
         assert call(server.port, "GET", "/v1/models", headers={"Authorization": "Bearer wrong"})[0] == 401
+        # The key is compared as it is: one that differs only in case is another key.
+        assert call(server.port, "GET", "/v1/models", headers={"Authorization": "Bearer S3CRET"})[0] == 401
+        assert call(server.port, "GET", "/v1/models", headers={"Authorization": "Bearer s3cre"})[0] == 401
         status, _, payload = call(server.port, "POST", "/v1/completions", body,
                                   headers={"Authorization": "Bearer s3cret"})
         assert status == 200 and json.loads(payload)["usage"]["completion_tokens"] == 2
