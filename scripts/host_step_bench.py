@@ -38,11 +38,11 @@ class NoOpModel:
 
     def __init__(self, rows: int):
         self.config = SimpleNamespace(vocab_size=50272)
-        self.logits = SimpleNamespace(logits=torch.zeros(1, rows, VOCAB))
+        self.logits = torch.zeros(1, rows, VOCAB)
 
     def __call__(self, input_ids, position_ids, use_cache, logits_to_keep):
         rows = input_ids.shape[1] if isinstance(logits_to_keep, int) else logits_to_keep.shape[0]
-        return SimpleNamespace(logits=self.logits.logits[:, :rows])
+        return SimpleNamespace(logits=self.logits[:, :rows])
 
 
 def decode_steps(engine_name: str, rows: int, steps: int, repeat: int) -> list[float]:
