@@ -9,6 +9,9 @@
 # 2. DIR/wheels: `scripts/fetch_wheels.sh VERSION DIR/wheels`, the folder the device call would carry.
 # 3. `DRY_RUN=1 scripts/gpu_check.sh DIR/out` with PY=DIR/venv/bin/python, WHEELS=DIR/wheels and a fresh
 #    SITE: the script must find what is missing, install it from the wheels alone and pass every step.
+# 4. `DRY_RUN=1 scripts/gpu_claim.sh DIR/claim` (the paper's experiment) the same way, from another fresh SITE,
+#    on a trace written first by the project's own environment (PROJECT_PY, default .venv/bin/python), as the
+#    trace of a device call is.
 set -eu
 cd "$(dirname "$0")/.."
 DIR="${1:-.rehearsal}"
@@ -28,7 +31,11 @@ for module in hydra omegaconf pandas pyarrow pytest; do
     fi
 done
 bash scripts/fetch_wheels.sh "$PYVER" "$DIR/wheels"
-rm -rf "$DIR/out" "$DIR/site"
+rm -rf "$DIR/out" "$DIR/site" "$DIR/claim" "$DIR/claim-site"
 PY="$(pwd)/$DIR/venv/bin/python" WHEELS="$DIR/wheels" SITE="$(pwd)/$DIR/site" DRY_RUN=1 \
     bash scripts/gpu_check.sh "$DIR/out"
-echo "device rehearsal passed: every step of the GPU check's dry run, in $DIR/venv (Python $PYVER)"
+# The claim's queue, written as before a device call (this venv, like the device, lacks the dataset packages).
+"${PROJECT_PY:-.venv/bin/python}" -m pagedbench.workloads.write_trace "$DIR/claim_trace.jsonl" sharegpt num_requests=60
+PY="$(pwd)/$DIR/venv/bin/python" WHEELS="$DIR/wheels" SITE="$(pwd)/$DIR/claim-site" DRY_RUN=1 TRACE="$DIR/claim_trace.jsonl" \
+    bash scripts/gpu_claim.sh "$DIR/claim"
+echo "device rehearsal passed: every step of the GPU check's and the claim's dry runs, in $DIR/venv (Python $PYVER)"

@@ -27,17 +27,12 @@
 # prints each GPU step's planned peak device memory on the H200 (`--plan h200`); `make device-rehearsal` runs that dry
 # run in an environment holding only what the device is sure to have.
 set -u
-export PYTHONUNBUFFERED=1
 OUTDIR="${1:?usage: bash scripts/gpu_check.sh OUTDIR}"
 cd "$(dirname "$0")/.."
 mkdir -p "$OUTDIR"
 OUTDIR="$(cd "$OUTDIR" && pwd)"
-if [ -z "${PY:-}" ]; then
-    PY=python3
-    [ -x .venv/bin/python ] && PY="$(pwd)/.venv/bin/python"
-fi
-WHEELS="${WHEELS:-wheels}"
-SITE="${SITE:-$(pwd)/.device-site}"
+PACK=gpu_check.tar.gz
+source scripts/device_steps.sh
 DRY_RUN="${DRY_RUN:-0}"
 TRACE="${TRACE:-data/traces/sharegpt_16_seed2.jsonl}"   # the first 16 requests of sharegpt_64_seed2
 if [ "$DRY_RUN" = 1 ]; then
@@ -53,64 +48,13 @@ else
     unset TRITON_INTERPRET   # the kernels must compile for the device
 fi
 
-SUMMARY="$OUTDIR/summary.txt"
-: > "$SUMMARY"
-FAILED=0
-step() {   # step NAME TIMEOUT_S COMMAND...
-    local name="$1" limit="$2"
-    shift 2
-    echo "== $name" | tee -a "$SUMMARY"
-    local start=$SECONDS
-    { echo "\$ $*"; timeout "$limit" "$@"; } 2>&1 | tee "$OUTDIR/$name.log"
-    local rc=${PIPESTATUS[0]}
-    local took=$((SECONDS - start)) verdict="ok"
-    if [ "$rc" -eq 124 ]; then verdict="TIMED OUT after ${limit}s"; elif [ "$rc" -ne 0 ]; then verdict="FAILED (exit $rc)"; fi
-    [ "$rc" -ne 0 ] && FAILED=$((FAILED + 1))
-    printf '   %-12s %-24s %4ss\n' "$name" "$verdict" "$took" | tee -a "$SUMMARY"
-    pack
-}
-pack() {   # after every step: whatever is measured so far, in one file
-    tar -czf "$OUTDIR/gpu_check.tar.gz.tmp" -C "$OUTDIR" --exclude gpu_check.tar.gz --exclude gpu_check.tar.gz.tmp . \
-        2>/dev/null && mv "$OUTDIR/gpu_check.tar.gz.tmp" "$OUTDIR/gpu_check.tar.gz"
-}
-
-# Modules the steps import beyond torch, triton, transformers and numpy, each with the wheels it takes.
-MODULES="hydra:hydra_core omegaconf:omegaconf antlr4:antlr4_python3_runtime yaml:- tqdm:-
-dateutil:python_dateutil,six pytz:pytz pandas:pandas,tzdata pyarrow:pyarrow
-pluggy:pluggy iniconfig:iniconfig pytest:pytest cpuinfo:py_cpuinfo pytest_benchmark:pytest_benchmark"
-install_missing() {
-    local missing="" wheels="" entry module dists dist found
-    for entry in $MODULES; do
-        module="${entry%%:*}"; dists="${entry#*:}"
-        PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c "import $module" 2> /dev/null && continue
-        missing="$missing $module"
-        [ "$dists" = "-" ] && { echo "missing $module, which no carried wheel provides"; return 1; }
-        for dist in ${dists//,/ }; do
-            found=$(ls "$WHEELS"/"$dist"-*.whl 2> /dev/null | head -1)
-            [ -n "$found" ] || { echo "missing $module and no $dist wheel in $WHEELS (bash scripts/fetch_wheels.sh)"; return 1; }
-            wheels="$wheels $found"
-        done
-    done
-    if [ -z "$missing" ]; then echo "every module is there; nothing to install"; return 0; fi
-    echo "missing:$missing; installing into $SITE:$wheels"
-    "$PY" -m pip install --quiet --disable-pip-version-check --no-index --no-deps --target "$SITE" $wheels
-}
-export -f install_missing
-export MODULES WHEELS SITE PY
 step wheels 20 bash -c install_missing
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 step imports 20 "$PY" -c "
 import pagedbench.run, pagedbench.studies.kernel_bench, pagedbench.studies.profile, pagedbench.studies.fit, pagedbench.studies.swap_bench, pagedbench.studies.replay
 import pagedbench.workloads.write_trace, pytest, pytest_benchmark
 print('every module the steps run imports')"
-step device 20 "$PY" -c "
-import os, torch, triton, transformers
-print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__,
-      'transformers', transformers.__version__)
-if torch.cuda.is_available():
-    print('device', torch.cuda.get_device_name(), torch.cuda.get_device_properties(0))
-elif os.environ.get('DRY_RUN') != '1':
-    raise SystemExit('no CUDA device visible to torch (DRY_RUN=1 checks the script on a CPU)')"
+step device 20 "$PY" -c "$DEVICE_CHECK"
 if [ "$FAILED" -ne 0 ]; then
     echo "no usable device or libraries: nothing else to check (see $OUTDIR/*.log)" | tee -a "$SUMMARY"
     exit 2

@@ -105,19 +105,31 @@ def test_every_command_parses_its_arguments_with_argparse_and_has_help(module, c
     assert out.startswith("usage: python -m ") and "-h, --help" in out
 
 
-def test_the_gpu_checks_step_limits_fit_one_device_command():
-    """One device command runs 600 s at most: the GPU run's step limits add up to 540 s or less."""
+def step_limits(script_name: str) -> dict[str, int]:
+    """A device script's steps and their time limits (a variable's default where the limit is one)."""
     import re
 
-    script = (ROOT / "scripts" / "gpu_check.sh").read_text()
+    script = (ROOT / "scripts" / script_name).read_text()
     limits = {}
     for name, limit in re.findall(r"^step (\w+) (\S+) ", script, flags=re.M):
         default = re.fullmatch(r'"\$\{\w+:-(\d+)\}"', limit)
         limits[name] = int(default.group(1) if default else limit)
+    return limits
+
+
+def test_the_gpu_checks_step_limits_fit_one_device_command():
+    """One device command runs 600 s at most: the GPU run's step limits add up to 540 s or less."""
+    limits = step_limits("gpu_check.sh")
     assert {"kernel_tests", "kernel_bench", "profile", "fit", "swap_bench", "replay"} <= set(limits)
     assert sum(limits.values()) <= 540, limits
     order = list(limits)
     assert order.index("kernel_tests") < order.index("kernel_bench") < order.index("profile") < order.index("replay")
+
+
+def test_the_paper_experiment_fits_nine_minutes_install_included():
+    limits = step_limits("gpu_claim.sh")
+    assert {"wheels", "imports", "device", "trace", "claim"} <= set(limits)
+    assert sum(limits.values()) <= 540, limits
 
 
 def module_name(path: Path) -> str:

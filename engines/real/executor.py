@@ -16,8 +16,7 @@ from pagedbench.engines.real.vocab import check_choice, fit_prompt
 from pagedbench.engines.sequence import Sequence
 
 PAD_TOKEN = 0
-OUT_OF_VOCAB = ("error", "wrap")
-NUMPY = {torch.int32: np.int32, torch.int64: np.int64}   # a prompt id outside the model's vocabulary: stop the run, or fold it in
+NUMPY = {torch.int32: np.int32, torch.int64: np.int64}   # the tensors' dtypes, as numpy builds them
 
 
 class RealExecutor:
@@ -42,7 +41,7 @@ class RealExecutor:
 
     def __init__(self, model: torch.nn.Module, kv: KVManager, cache: KVCache, ops, device: torch.device,
                  temperature: float = 0.0, seed: int = 0, keep_logits: bool = False, host: KVCache | None = None,
-                 out_of_vocab: str = "error"):
+                 out_of_vocab: str = "wrap"):
         check_choice(out_of_vocab, "backend.out_of_vocab")
         self.model, self.kv, self.cache, self.ops, self.device = model, kv, cache, ops, device
         self.host = host              # the host pool's blocks (paged swapping), or None

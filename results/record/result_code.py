@@ -72,7 +72,7 @@ NOT_RESULTS = {
 SIM_UNUSED = ("engines/real", "engines/serving", "kernels", "engines/peers/http_client.py",
               "engines/peers/http_config.py", "engines/peers/server_process.py", "engines/peers/sse.py",
               "engines/peers/transformers_cb.py", "engines/peers/transformers_config.py", "studies/beam_check.py",
-              "studies/calibration.py", "studies/fit.py", "studies/hf_generate.py", "studies/kernel_bench.py",
+              "studies/calibration.py", "studies/claim.py", "studies/claim_steps.py", "studies/fit.py", "studies/hf_generate.py", "studies/kernel_bench.py",
               "studies/memory_plan.py", "studies/peers.py", "studies/profile.py", "studies/quiet_steps.py",
               "studies/replay.py", "studies/replay_compare.py", "studies/replay_runs.py", "studies/row_log.py",
               "studies/swap_bench.py", "studies/swap_cost.py")
