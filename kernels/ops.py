@@ -4,10 +4,11 @@
     ops.write_kv(key, value, k_cache, v_cache, slot_mapping)
 
 The Triton modules are imported only when asked for, so `import kernels` (and the
-CPU backend) never imports triton. The Triton set has no plain prefill kernel of its
-own: its `prefill_attention` is the torch reference (SDPA), and its name says so. Its
-`prefix_prefill_attention` (prefill of new tokens over a cached prefix, read through
-the block table, then causally over themselves) is a Triton kernel.
+CPU backend) never imports triton. The Triton set's two prefills are one kernel
+(kernels/triton_prefix_prefill.py): `prefix_prefill_attention` (new tokens over a
+cached prefix, read through the block table, then causally over themselves) and
+`prefill_attention` (the same without a prefix: every engine's plain prefill, all
+sequences in one launch, in the cache's dtype).
 """
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def load_ops(impl: str = "auto") -> KernelOps:
                          reference.contiguous_decode_attention, reference.prefill_attention,
                          reference.prefix_prefill_attention, reference.copy_blocks)
     from pagedbench.kernels import triton_copy_blocks, triton_decode_attention, triton_prefix_prefill, triton_write_kv
-    return KernelOps("triton (prefill: torch sdpa)", triton_write_kv.write_kv,
+    return KernelOps("triton", triton_write_kv.write_kv,
                      triton_decode_attention.paged_decode_attention,
                      triton_decode_attention.contiguous_decode_attention,
-                     reference.prefill_attention, triton_prefix_prefill.prefix_prefill_attention,
+                     triton_prefix_prefill.prefill_attention, triton_prefix_prefill.prefix_prefill_attention,
                      triton_copy_blocks.copy_blocks)

@@ -104,6 +104,7 @@ def prefill_attention(query: torch.Tensor,       # [num_tokens, num_heads, head_
                       value: torch.Tensor,       # [num_tokens, num_kv_heads, head_dim]
                       cu_seqlens: torch.Tensor,  # [num_seqs + 1] int32: sequence s is tokens cu[s]:cu[s+1]
                       scale: float,
+                      max_seqlen: int | None = None,   # the longest sequence (the Triton launcher's grid; unused here)
                       ) -> torch.Tensor:         # [num_tokens, num_heads, head_dim]
     """Causal attention of each packed sequence over its own new tokens."""
     out = torch.empty_like(query)
@@ -127,6 +128,7 @@ def prefix_prefill_attention(query: torch.Tensor,        # [num_tokens, num_head
                              context_lens: torch.Tensor, # [num_seqs] int32, >= 0: cached tokens before the new ones
                              cu_seqlens: torch.Tensor,   # [num_seqs + 1] int32: sequence s's new tokens are cu[s]:cu[s+1]
                              scale: float,
+                             max_seqlen: int | None = None,   # the longest run of new tokens (Triton's grid; unused)
                              ) -> torch.Tensor:          # [num_tokens, num_heads, head_dim]
     """Prefill after a cached prefix: new tokens attend over the cached context, then causally over themselves.
 

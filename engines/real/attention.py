@@ -36,9 +36,11 @@ def kv_attention(module: torch.nn.Module,
     if ctx.is_prefill and ctx.context_lens is not None:
         # New tokens after a cached shared prefix: attend over it through the block table, then causally.
         out = ctx.ops.prefix_prefill_attention(q.contiguous(), k.contiguous(), v.contiguous(), k_cache, v_cache,
-                                               ctx.block_tables, ctx.context_lens, ctx.cu_seqlens, scale)
+                                               ctx.block_tables, ctx.context_lens, ctx.cu_seqlens, scale,
+                                               ctx.max_seqlen)
     elif ctx.is_prefill:
-        out = ctx.ops.prefill_attention(q.contiguous(), k.contiguous(), v.contiguous(), ctx.cu_seqlens, scale)
+        out = ctx.ops.prefill_attention(q.contiguous(), k.contiguous(), v.contiguous(), ctx.cu_seqlens, scale,
+                                        ctx.max_seqlen)
     elif ctx.paged:
         out = ctx.ops.paged_decode_attention(q.contiguous(), k_cache, v_cache, ctx.block_tables,
                                              ctx.context_lens, scale)

@@ -24,6 +24,7 @@ class IterationContext:
     is_prefill: bool
     slot_mapping: torch.Tensor            # [num_tokens] int64, -1 = do not store
     cu_seqlens: torch.Tensor | None = None     # [num_seqs + 1] int32 (prefill)
+    max_seqlen: int | None = None              # the longest run of new tokens (prefill; spares a kernel a sync)
     context_lens: torch.Tensor | None = None   # [num_rows] int32 (decode); cached tokens per sequence (prefix prefill)
     block_tables: torch.Tensor | None = None   # [num_rows, max_blocks] int32 (paged decode, prefix prefill)
     seq_starts: torch.Tensor | None = None     # [num_rows] int64 (contiguous decode)

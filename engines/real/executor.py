@@ -112,7 +112,8 @@ class RealExecutor:
             last.append(cu[-1] + real - skip - 1)
             cu.append(cu[-1] + padded - skip)
         ctx = IterationContext(self.cache.k, self.cache.v, self.ops, self.paged, True,
-                               self._tensor(slots, torch.int64), cu_seqlens=self._tensor(cu, torch.int32))
+                               self._tensor(slots, torch.int64), cu_seqlens=self._tensor(cu, torch.int32),
+                               max_seqlen=max(b - a for a, b in zip(cu, cu[1:])))
         if any(cached):
             # New tokens after a cached shared prefix attend over it through the block table.
             ctx.block_tables = self._tables([self.kv.table(s) for s in batch.prefill])

@@ -81,3 +81,13 @@ def test_native_prefix_prefill_matches_reference(case):
                       case["dtype"], "cuda")
     got = triton_prefix_prefill.prefix_prefill_attention(*x.args())
     torch.testing.assert_close(got, reference.prefix_prefill_attention(*x.args()), **TOLERANCE[case["dtype"]])
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("heads", [(8, 8), (32, 8)])
+def test_native_plain_prefill_matches_reference(dtype, heads):
+    from pagedbench.kernels import triton_prefix_prefill
+    x = prefix_inputs((0,) * 5, (2048, 1, 129, 700, 63), *heads, 128, 16, dtype, "cuda")
+    want = reference.prefill_attention(x.query, x.key, x.value, x.cu_seqlens, x.scale)
+    got = triton_prefix_prefill.prefill_attention(x.query, x.key, x.value, x.cu_seqlens, x.scale, 2048)
+    torch.testing.assert_close(got, want, **TOLERANCE[dtype])

@@ -16,13 +16,15 @@ def test_torch_ops_are_the_references():
     assert ops.write_kv is reference.write_kv
 
 
-def test_triton_ops_are_the_kernels_with_the_reference_prefill():
+def test_triton_ops_are_the_kernels_every_one():
     ops = load_ops("triton")
     assert ops.paged_decode_attention.__module__ == "pagedbench.kernels.triton_decode_attention"
     assert ops.contiguous_decode_attention.__module__ == "pagedbench.kernels.triton_decode_attention"
     assert ops.write_kv.__module__ == "pagedbench.kernels.triton_write_kv"
     assert ops.copy_blocks.__module__ == "pagedbench.kernels.triton_copy_blocks"
-    assert ops.prefill_attention is reference.prefill_attention and "sdpa" in ops.name
+    assert ops.prefill_attention.__module__ == "pagedbench.kernels.triton_prefix_prefill"
+    assert ops.prefix_prefill_attention.__module__ == "pagedbench.kernels.triton_prefix_prefill"
+    assert ops.name == "triton"
 
 
 def test_auto_picks_triton_only_with_cuda():

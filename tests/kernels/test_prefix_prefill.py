@@ -1,5 +1,6 @@
 """Prefix prefill (new tokens over a cached context, then causally over themselves): the torch reference
-against a dense computation that never reads the block tables, and the Triton kernel against the reference."""
+against a dense computation that never reads the block tables, and the Triton kernel against the reference;
+the same kernel without a context (plain varlen prefill, every engine's) against its reference."""
 from __future__ import annotations
 
 import itertools
@@ -169,6 +170,47 @@ def test_triton_empty_batch_returns_an_empty_output(triton_prefix, device):
                                                   no_tokens, scale).shape == (0, 4, 64)
     assert triton_prefix.prefix_prefill_attention(q[:0], k[:0], v[:0], k_cache, v_cache, block_tables[:0],
                                                   context_lens[:0], no_tokens[:1], scale).shape == (0, 4, 64)
+
+
+# bf16 is checked compiled on a GPU (tests/kernels/test_gpu_native.py): the interpreter computes it wrong.
+PLAIN = covering(2, heads=HEADS, head_dim=[64, 80], lens=[(5, 1, 67), (9, 3), (1,), (0, 7, 130)], dtype=DTYPES)
+
+
+@pytest.mark.parametrize("case", PLAIN, ids=case_id)
+def test_triton_plain_prefill_matches_reference(triton_prefix, device, case):
+    """Unaligned lengths, several query tiles, an empty sequence; with and without the caller's max_seqlen."""
+    x = prefix_inputs((0,) * len(case["lens"]), case["lens"], *case["heads"], case["head_dim"], 1, case["dtype"],
+                      device)
+    want = reference.prefill_attention(x.query, x.key, x.value, x.cu_seqlens, x.scale)
+    for max_seqlen in (None, max(case["lens"])):
+        got = triton_prefix.prefill_attention(x.query, x.key, x.value, x.cu_seqlens, x.scale, max_seqlen)
+        assert got.dtype == x.query.dtype and got.shape == x.query.shape
+        torch.testing.assert_close(got, want, **TOLERANCE[case["dtype"]])
+
+
+def test_triton_plain_prefill_is_prefix_prefill_without_a_context(triton_prefix, device):
+    x = prefix_inputs((0, 0), (12, 70), 4, 2, 64, 8, torch.float16, device)
+    torch.testing.assert_close(triton_prefix.prefill_attention(x.query, x.key, x.value, x.cu_seqlens, x.scale),
+                               triton_prefix.prefix_prefill_attention(*x.args()), atol=0, rtol=0)
+
+
+def test_triton_plain_prefill_takes_strided_views_and_refuses_bad_inputs(triton_prefix, device):
+    x = prefix_inputs((0, 0), (5, 9), 4, 2, 64, 8, torch.float32, device)
+    qkv = torch.cat([x.query, x.key, x.value], dim=1)
+    call = triton_prefix.prefill_attention
+    torch.testing.assert_close(call(qkv[:, :4], qkv[:, 4:6], qkv[:, 6:], x.cu_seqlens, x.scale),
+                               reference.prefill_attention(x.query, x.key, x.value, x.cu_seqlens, x.scale),
+                               **TOLERANCE[torch.float32])
+    with pytest.raises(ValueError, match="share a dtype"):
+        call(x.query, x.key, x.value.half(), x.cu_seqlens, x.scale)
+    with pytest.raises(TypeError, match="cu_seqlens"):
+        call(x.query, x.key, x.value, x.cu_seqlens.long(), x.scale)
+    with pytest.raises(ValueError, match="multiple of num_kv_heads"):
+        call(x.query[:, :3], x.key, x.value, x.cu_seqlens, x.scale)
+    with pytest.raises(ValueError, match="key and value must have shape"):
+        call(x.query, x.key[:-1], x.value[:-1], x.cu_seqlens, x.scale)
+    none = torch.zeros(1, dtype=torch.int32, device=device)
+    assert call(x.query[:0], x.key[:0], x.value[:0], none, x.scale).shape == (0, 4, 64)
 
 
 def test_ops_register_prefix_prefill():
