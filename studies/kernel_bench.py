@@ -6,8 +6,11 @@
 Beside each paged/contiguous pair it times torch's own SDPA on the same
 contiguous K/V (a dense [batch, heads, context, dim] layout: its flash or
 memory-efficient backend), as an outside reference for speed, and it
-measures the device's copy ceiling (a large device-to-device copy, bytes
-read + written / time) to set achieved bandwidth against.
+measures two ceilings to set achieved bandwidth against: a read-only stream
+(a sum over one large buffer: bytes read / time), the ceiling of a decode
+kernel, which only reads K and V; and a copy (bytes read + written / time),
+kept for the records made before the stream was measured. Each kernel's share
+of the datasheet peak is reported beside them (PEAK_GBPS).
 
 On a CUDA device these time the Triton kernels by replaying a CUDA graph (no launch
 overhead) that rotates through copies of the inputs larger than L2 together (K/V come
@@ -182,6 +185,26 @@ def copy_ceiling_gbps(nbytes: int = CEILING_BYTES) -> float:
     return 2 * nbytes / (ms * 1e-3) / 1e9
 
 
+def read_ceiling_gbps(nbytes: int = CEILING_BYTES) -> float:
+    """Bytes read per second by a sum over one large buffer of the layer's dtype (fp32 accumulation: the read
+    dominates), on the device (CUDA) or over 256 MiB of host memory (CPU): what a kernel that only reads can
+    reach."""
+    if not CUDA:
+        nbytes = 256 << 20
+    nbytes = min(nbytes, input_budget(free_bytes()) // 2)
+    dtype = SHAPE["dtype"]
+    src = torch.ones(nbytes // dtype.itemsize, dtype=dtype, device=DEVICE)
+    if CUDA:
+        import triton.testing
+        ms = triton.testing.do_bench(lambda: torch.sum(src, dtype=torch.float32), return_mode="median")
+    else:
+        torch.sum(src, dtype=torch.float32)
+        start = time.perf_counter()
+        torch.sum(src, dtype=torch.float32)
+        ms = (time.perf_counter() - start) * 1e3
+    return nbytes / (ms * 1e-3) / 1e9
+
+
 def time_us(calls: list, reps: int = 5) -> dict:
     """Time per call in µs: mean, p50, p90, p99.
 
@@ -223,9 +246,10 @@ def resolve_splits(num_splits: int, batch: int, context_len: int) -> int:
 
 
 def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), ceiling_gbps=None,
-          rows_csv: Path | None = None, skipped: list[str] | None = None) -> list[dict]:
+          rows_csv: Path | None = None, skipped: list[str] | None = None, read_gbps=None) -> list[dict]:
     """Paged and contiguous decode latency per (batch, context, pipelining stages, block size), with the
-    paged/contiguous ratio, torch SDPA's time on the same K/V, and bandwidth against the copy ceiling.
+    paged/contiguous ratio, torch SDPA's time on the same K/V, and bandwidth against the read-only stream
+    (`read_gbps`), the copy ceiling and the datasheet peak.
     Each row is appended to `rows_csv` (flushed) as it is measured; a case whose inputs do not fit the
     memory free is skipped and named in `skipped`."""
     rows = []
@@ -251,6 +275,7 @@ def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), 
                                             num_stages=num_stages, num_copies=fit))
                 base_bw = bandwidth(kv_bytes, base["mean_us"])
                 sdpa = time_us(decode_calls("sdpa", batch, context_len, num_copies=fit))
+                sdpa_bw = bandwidth(kv_bytes, sdpa["mean_us"])
                 for block_size in block_sizes:
                     t = time_us(decode_calls("paged", batch, context_len, block_size, num_splits=splits,
                                              num_stages=num_stages, num_copies=fit))
@@ -266,6 +291,10 @@ def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), 
                         paged_over_contiguous=t["mean_us"] / base["mean_us"], kv_bytes=kv_bytes,
                         paged_gbps=bw["gbps"], contiguous_gbps=base_bw["gbps"],
                         paged_peak_fraction=bw["peak_fraction"], contiguous_peak_fraction=base_bw["peak_fraction"],
+                        sdpa_peak_fraction=sdpa_bw["peak_fraction"],
+                        paged_read_fraction=bw["gbps"] / read_gbps if read_gbps else None,
+                        contiguous_read_fraction=base_bw["gbps"] / read_gbps if read_gbps else None,
+                        sdpa_read_fraction=sdpa_bw["gbps"] / read_gbps if read_gbps else None,
                         copies=fit))
                     log.append(rows[-1])
                     print(f"batch {batch:3d} context {context_len:5d} stages {stage or '-'} block {block_size:3d}: "
@@ -289,7 +318,7 @@ def plan(device: str, batches, context_lens, block_sizes) -> StepPlan:
         elif (fit + 1) * per_copy > largest:   # its copies and one transient copy
             largest = (fit + 1) * per_copy
             largest_case = f"batch {batch} context {context_len}: {fit} of {want} copies of {gib(per_copy)} GiB"
-    ceiling = 2 * min(CEILING_BYTES, budget // 2)
+    ceiling = 2 * min(CEILING_BYTES, budget // 2)   # the copy's two buffers; the stream's one is smaller
     problem = (f"the inputs of {', '.join(skipped)} do not fit the {gib(budget)} GiB free for inputs on {device}; "
                f"those cases would be skipped" if skipped else "")
     return StepPlan("kernel_bench", memory, (("inputs", largest), ("copy ceiling", ceiling),
@@ -326,9 +355,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     ceiling = copy_ceiling_gbps()
     print(f"copy ceiling: {ceiling:.0f} GB/s (bytes read + written by one large copy)", flush=True)
+    read = read_ceiling_gbps()
+    print(f"read-only stream: {read:.0f} GB/s (bytes read by a sum over one large buffer; a decode kernel's "
+          f"ceiling)", flush=True)
     skipped: list[str] = []
     rows = sweep(batches, context_lens, block_sizes, args.num_splits, args.num_stages, ceiling,
-                 rows_csv=args.out / "kernel_bench.rows.csv", skipped=skipped)
+                 rows_csv=args.out / "kernel_bench.rows.csv", skipped=skipped, read_gbps=read)
     if not rows:
         print("error: no case fits the memory free; nothing measured", file=sys.stderr)
         return 2
@@ -338,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     writer.writerows(rows)
     _write_atomic(args.out / "kernel_bench.csv", buffer.getvalue())
     meta = dict(device=device_name(), impl=load_ops("auto").name, peak_gbps=peak_gbps(device_name()) if CUDA else None,
-                copy_ceiling_gbps=ceiling, shape={k: str(v) for k, v in SHAPE.items()}, timing=("CUDA graph replay (triton.testing.do_bench_cudagraph) over input copies larger than L2"
+                copy_ceiling_gbps=ceiling, read_ceiling_gbps=read, shape={k: str(v) for k, v in SHAPE.items()}, timing=("CUDA graph replay (triton.testing.do_bench_cudagraph) over input copies larger than L2"
                         if CUDA else CPU_NOTE),
                 bandwidth="bytes of K and V read / mean time", skipped=skipped, rows=rows)
     _write_atomic(args.out / "kernel_bench.json", json.dumps(meta, indent=2))

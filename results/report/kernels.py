@@ -2,7 +2,8 @@
 
 The sim's GPU presets charge paged attention the paper's Figure 18a penalty. Beside it this section shows what our
 own Triton kernels measured on a GPU, where a run of `scripts/gpu_check.sh` was kept under data/runs/ (GPU_RUNS):
-the paged/contiguous latency ratio per block size, torch SDPA on the same K/V, the fraction of the copy ceiling,
+the paged/contiguous latency ratio per block size, torch SDPA on the same K/V, each one's share of the datasheet
+bandwidth (and of a read-only stream where the records measured one: a decode kernel only reads),
 the swap link fitted on that GPU, and the replay of one trace through the real backend and the sim. Those records
 need a GPU, so `make report` does not re-make them; the section names the commit and the date they came from.
 
@@ -27,16 +28,19 @@ GPU_RUNS = KEPT_RUNS / "gpu_h200"   # a kept run of scripts/gpu_check.sh: kernel
 SHOWN_BLOCK = 16                    # the block size each row shows (the paper's Figure 18a reads its penalty there)
 
 
-def kernel_rows(bench: pd.DataFrame) -> list[list[str]]:
+def kernel_rows(bench: pd.DataFrame, peak_gbps: float) -> list[list[str]]:
     """One row per (batch, context) at Triton's default pipelining: contiguous and paged latency, their ratio at
-    SHOWN_BLOCK and across the block sizes, SDPA, and the paged kernel's share of the copy ceiling."""
+    SHOWN_BLOCK and across the block sizes, SDPA, and the paged kernel's and SDPA's shares of the datasheet
+    bandwidth `peak_gbps` (bytes of K and V read / time: a decode reads each once)."""
     rows = []
     for (batch, context), g in at_default(bench).groupby(["batch", "context_len"], sort=True):
         at = g[g["block_size"] == SHOWN_BLOCK].iloc[0]
         ratios = g["paged_over_contiguous"]
+        sdpa_gbps = at["kv_bytes"] / (at["sdpa_mean_us"] * 1e-6) / 1e9
         rows.append([str(batch), f"{context:,}", num(at["contiguous_mean_us"], ".1f"), num(at["paged_mean_us"], ".1f"),
                      num(at["paged_over_contiguous"], ".3f"), f"{ratios.min():.3f}-{ratios.max():.3f}",
-                     num(at["sdpa_mean_us"], ".1f"), f"{100 * at['paged_ceiling_fraction']:.0f}%"])
+                     num(at["sdpa_mean_us"], ".1f"), f"{100 * at['paged_gbps'] / peak_gbps:.0f}%",
+                     f"{100 * sdpa_gbps / peak_gbps:.0f}%"])
     return rows
 
 
@@ -65,6 +69,7 @@ def gpu_values(folder: Path) -> dict | None:
     if not bench_path.is_file():
         return None
     bench = pd.read_csv(bench_path, dtype={"num_stages": str})
+    meta = bench_meta(folder)
     profile = json.loads(next((folder / "profile").glob("*.json")).read_text())
     summary = json.loads(next((folder / "replay").glob("*/real_1/summary.json")).read_text())
     swap = json.loads((folder / "swap" / "swap_bench.json").read_text())
@@ -77,13 +82,15 @@ def gpu_values(folder: Path) -> dict | None:
         "calls": int(bench["call"].nunique()), "shown_block": SHOWN_BLOCK,
         "blocks": sorted(int(b) for b in bench["block_size"].unique()),
         "kernels": table(["batch", "context", "contiguous (us)", f"paged, block {SHOWN_BLOCK} (us)",
-                          "paged / contiguous", "across blocks", "torch SDPA (us)", "paged: share of copy ceiling"],
-                         kernel_rows(bench)),
+                          "paged / contiguous", "across blocks", "torch SDPA (us)", "paged: share of peak",
+                          "SDPA: share of peak"], kernel_rows(bench, meta["peak_gbps"])),
         "stages": stage_ranges(bench),
         "median_pct": 100 * (default_at(bench)["paged_over_contiguous"].median() - 1),
         "block_spread_pct": 100 * at_default(bench).groupby(["batch", "context_len"])["paged_over_contiguous"].agg(
             lambda ratios: ratios.max() - ratios.min()).max(),
-        "ceiling_gb_s": bench_ceiling(folder),
+        "ceiling_gb_s": meta["copy_ceiling_gbps"], "peak_gb_s": meta["peak_gbps"],
+        "read_gb_s": meta.get("read_ceiling_gbps"),
+        "sdpa_max_gb_s": float((bench["kv_bytes"] / (bench["sdpa_mean_us"] * 1e-6) / 1e9).max()),
         "swap": {"latency_us": 1e6 * swap["fit_host_transfer_latency_s"],
                  "link_gb_s": swap["fit_host_link_bandwidth"] / 1e9, "tokens": swap["tokens"], "model": swap["model"],
                  "a100_latency_us": 1e6 * a100.host_transfer_latency_s,
@@ -100,9 +107,9 @@ def shown_path(folder: Path) -> str:
     return folder.relative_to(ROOT).as_posix() if folder.is_relative_to(ROOT) else str(folder)
 
 
-def bench_ceiling(folder: Path) -> float:
-    meta = json.loads(next((folder / "kernels").glob("*.json")).read_text())
-    return meta["copy_ceiling_gbps"]
+def bench_meta(folder: Path) -> dict:
+    """The benchmark's JSON: the device, its datasheet peak and the ceilings measured beside the kernels."""
+    return json.loads(next((folder / "kernels").glob("*.json")).read_text())
 
 
 def kernels(folder: Path = GPU_RUNS) -> str:

@@ -1,6 +1,7 @@
 """The report's Kernels section renders what a kept GPU check holds, and says so where none is kept."""
 from __future__ import annotations
 
+import json
 import shutil
 
 import pandas as pd
@@ -12,8 +13,11 @@ def test_the_kept_gpu_check_is_shown_with_every_case_of_its_benchmark():
     text = kernels()
     bench = pd.read_csv(GPU_RUNS / "kernels" / "kernel_bench.csv", dtype={"num_stages": str})
     at = bench[(bench["num_stages"] == "default") & (bench["block_size"] == SHOWN_BLOCK)]
+    peak = json.loads(next((GPU_RUNS / "kernels").glob("*.json")).read_text())["peak_gbps"]
     for r in at.itertuples():
         assert f"| {r.batch} | {r.context_len:,} | {r.contiguous_mean_us:.1f} | {r.paged_mean_us:.1f} |" in text
+        sdpa_gbps = r.kv_bytes / (r.sdpa_mean_us * 1e-6) / 1e9   # shares of the datasheet, not of a copy
+        assert f"| {100 * r.paged_gbps / peak:.0f}% | {100 * sdpa_gbps / peak:.0f}% |" in text
     assert "No GPU check is kept" not in text
     assert "| paged | 2 |" in text   # the replay's table
 
