@@ -1,4 +1,11 @@
-"""KV-cache tensors, allocated once per run from a byte budget, in the engine's layout."""
+"""KV-cache tensors, allocated once per run from a byte budget: one byte pool per layer, viewed in the engine's layout.
+
+Every engine gets the same pools for the same budget: per layer, `num_slots` token slots of K then of V, as
+bytes. The contiguous engines view each half as an arena of slots [num_slots, kv_heads, head_dim]; the paged
+engine views the same bytes as blocks [num_blocks, block_size, kv_heads, head_dim] (a remainder of fewer than
+block_size slots left unused). So the engines differ only in how they address the memory, never in how much
+they were given.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,11 +17,15 @@ import torch
 class KVCache:
     k: list[torch.Tensor]   # per layer: [num_blocks, block_size, kv_heads, head_dim] (paged) or [num_slots, kv_heads, head_dim]
     v: list[torch.Tensor]
-    num_slots: int
+    num_slots: int          # slots the layout addresses
     bytes_per_slot: int
+    pools: list[torch.Tensor] | None = None   # per layer: the uint8 pool k and v view (None: k and v own their memory)
 
     @property
     def nbytes(self) -> int:
+        """Bytes allocated: the pools where there are pools, else the tensors themselves."""
+        if self.pools is not None:
+            return sum(p.numel() for p in self.pools)
         return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
 
@@ -25,16 +36,20 @@ def bytes_per_slot(num_layers: int, num_kv_heads: int, head_dim: int, dtype: tor
 
 def allocate_kv(num_layers: int, num_kv_heads: int, head_dim: int, num_slots: int, block_size: int | None,
                 dtype: torch.dtype, device: torch.device) -> KVCache:
-    """`block_size` set: a paged pool of num_slots // block_size blocks; None: one contiguous arena."""
-    if block_size is None:
-        shape = (num_slots, num_kv_heads, head_dim)
-        used = num_slots
-    else:
-        shape = (num_slots // block_size, block_size, num_kv_heads, head_dim)
-        used = shape[0] * block_size
-    k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-    v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-    return KVCache(k, v, used, bytes_per_slot(num_layers, num_kv_heads, head_dim, dtype))
+    """One zeroed byte pool per layer of `num_slots` slots of K and of V, viewed as a paged pool of
+    num_slots // block_size blocks (`block_size` set) or as one contiguous arena (None)."""
+    used = num_slots if block_size is None else num_slots // block_size * block_size
+    shape = (num_slots, num_kv_heads, head_dim) if block_size is None else (
+        num_slots // block_size, block_size, num_kv_heads, head_dim)
+    half = num_slots * num_kv_heads * head_dim
+    pools, k, v = [], [], []
+    for _ in range(num_layers):
+        pool = torch.zeros(2 * half * dtype.itemsize, dtype=torch.uint8, device=device)
+        typed = pool.view(dtype)                                    # [2 * half] elements: K's slots, then V's
+        k.append(typed[:used * num_kv_heads * head_dim].view(shape))
+        v.append(typed[half:half + used * num_kv_heads * head_dim].view(shape))
+        pools.append(pool)
+    return KVCache(k, v, used, bytes_per_slot(num_layers, num_kv_heads, head_dim, dtype), pools)
 
 
 def kv_budget_bytes(device: torch.device, budget_mib: float | None, fraction: float, cpu_default_mib: float) -> int:
