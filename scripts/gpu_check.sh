@@ -73,7 +73,7 @@ if [ "$DRY_RUN" = 1 ]; then   # what the GPU steps will hold at their peak on th
         $PY -m pagedbench.studies.swap_bench --model opt-1.3b --tokens 2048 --plan h200"
 fi
 
-KERNEL_TESTS=tests/kernels
+KERNEL_TESTS="tests/kernels tests/real/test_decode_graphs.py"   # and the decode step captured as CUDA graphs
 [ "$DRY_RUN" = 1 ] && KERNEL_TESTS="tests/kernels/test_decode_attention.py -k stages"
 # pytest.ini options of the project (--benchmark-disable) need pytest-benchmark: carried when missing.
 step kernel_tests 90 "$PY" -m pytest $KERNEL_TESTS -q -p no:cacheprovider --junitxml="$OUTDIR/kernel_tests.xml"

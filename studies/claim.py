@@ -18,6 +18,8 @@ The protocol (PagedAttention section 6.2, Figure 12's setting, on the GPU at han
    iteration's cost-model features and host time (OUT/ENGINE/steps.parquet), the device's busy share over a
    profiled sample of steady steps and `torch.cuda.max_memory_allocated` (a GPU only), its row of claim.csv,
    then OUT/claim.tar.gz packed again, so a run cut short still brings back every engine it finished.
+   Greedy decode steps run as CUDA graphs, one per row bucket (engines/real/graphs.py), where every engine's
+   capture works (`--cuda-graphs auto`); otherwise eagerly, with the reason in claim.csv.
 4. The sim's linear cost model fitted to every engine's iterations together (pagedbench.studies.fit's terms;
    OUT/preset.yaml), and each engine replayed through the sim on the same queue, slots and serving time
    (OUT/ENGINE/sim): the sim's figures beside the real ones, with the error.
@@ -133,10 +135,24 @@ def write_table(rows: list[dict], out: Path) -> pd.DataFrame:
     return table
 
 
+def graphs_work(runs: list[EngineRuns], loaded, budget_mib: float) -> str | None:
+    """None if every engine's decode graphs capture on this device; else why not (the first error's line)."""
+    for r in runs:
+        backend = replace(r.real.backend, kv_budget_mib=budget_mib, cuda_graphs=True)
+        try:
+            build_real(backend, r.real.model, r.real.engine, r.real.limits, loaded=loaded).executor.warmup()
+        except Exception as err:   # noqa: BLE001 - any failure to capture falls back to eager steps, recorded
+            return f"{r.engine}: {type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        finally:
+            release_memory()
+    return None
+
+
 def claim(model: str, engines: list[str], out: Path, requests: int, serve_s: float, slots: int | None,
           seed: int = 0, dtype: str = "auto", profile_steps: int = 20, extra: list[str] | None = None,
-          trace: Path | None = None) -> pd.DataFrame:
-    """The protocol of the module's doc; the table (also OUT/claim.csv)."""
+          trace: Path | None = None, cuda_graphs: str = "auto") -> pd.DataFrame:
+    """The protocol of the module's doc; the table (also OUT/claim.csv). `cuda_graphs`: on, off, or auto (on
+    where every engine's decode graphs capture; else off, with the reason in claim.csv)."""
     runs = compose_runs(model, engines, requests, seed, dtype, list(extra or ()), trace)
     queue = claim_queue(build_workload(runs[0].real.workload), serve_s)
     requests = len(queue)
@@ -146,10 +162,15 @@ def claim(model: str, engines: list[str], out: Path, requests: int, serve_s: flo
     budget_mib = slots * loaded.bytes_per_slot / 2**20   # exact: the executor's budget // bytes per slot = slots
     device, cuda = loaded.device, loaded.device.type == "cuda"
     device_name = torch.cuda.get_device_name(device) if cuda else "cpu"
+    graphs, graphs_note = cuda_graphs == "on", ""
+    if cuda_graphs == "auto":
+        failed = protocol.step("graphs", lambda: graphs_work(runs, loaded, budget_mib)) if cuda else "no GPU"
+        graphs, graphs_note = failed is None, failed or ""
+        print(f"decode graphs: {'on' if graphs else f'off ({failed})'}", file=sys.stderr, flush=True)
     rows, frames, steps = [], {}, []
     for r in runs:
-        backend = replace(r.real.backend, kv_budget_mib=budget_mib)
-        cfg = {**r.real_cfg, "backend": {**r.real_cfg["backend"], "kv_budget_mib": budget_mib}}
+        backend = replace(r.real.backend, kv_budget_mib=budget_mib, cuda_graphs=graphs)
+        cfg = {**r.real_cfg, "backend": {**r.real_cfg["backend"], "kv_budget_mib": budget_mib, "cuda_graphs": graphs}}
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         setup = build_real(backend, r.real.model, r.real.engine, r.real.limits, loaded=loaded)
@@ -166,6 +187,7 @@ def claim(model: str, engines: list[str], out: Path, requests: int, serve_s: flo
         decode_host = table.loc[table["kind"] == "decode", "host_s"]
         rows.append({"engine": r.engine, "model": model, "device": device_name, "dtype": str(loaded.dtype)[6:],
                      "kv_budget_slots": summary["kv_budget_slots"], "serve_s": serve_s, "requests": requests,
+                     "cuda_graphs": summary["cuda_graphs"], "graphs_note": graphs_note,
                      **{f"real_{k}": v for k, v in figures(summary, iterations).items()},
                      "decode_step_host_ms_p50": 1e3 * float(decode_host.median()) if len(decode_host) else np.nan,
                      **recorder.device_share(),
@@ -256,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
                         "from ShareGPT (a device without the dataset and tokenizer packages; its arrivals are "
                         "replaced as the protocol says)")
     parser.add_argument("--profile-steps", type=int, default=20, help="steady steps profiled for device time")
+    parser.add_argument("--cuda-graphs", choices=("auto", "on", "off"), default="auto",
+                        help="greedy decode steps as CUDA graphs (engines/real/graphs.py); auto: on where every "
+                        "engine's capture works, else off with the reason in claim.csv (default)")
     parser.add_argument("--out", type=Path, default=OUTPUTS / "claim")
     parser.add_argument("overrides", nargs="*", help="more key=value overrides for both backends")
     args = parser.parse_args(argv)
@@ -268,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     table = claim(args.model, engines, args.out, args.requests, args.serve_s, args.kv_slots, args.seed, args.dtype,
-                  args.profile_steps, args.overrides, args.trace)
+                  args.profile_steps, args.overrides, args.trace, args.cuda_graphs)
     columns = ["engine", "real_output_tokens_per_s", "sim_output_tokens_per_s", "sim_error_pct",
                "real_mean_decode_batch", "sim_mean_decode_batch", "real_kv_token_states", "step_wall_ms",
                "step_device_ms", "max_memory_allocated_gib"]

@@ -41,6 +41,8 @@ class RealBackendConfig:
     out_of_vocab: str = "wrap"        # a prompt id outside the model's vocabulary: wrap (id mod vocab size, counted
                                       # in the summary: the packaged traces are cl100k ids, past the tiny model's
                                       # 50,272) | error (the run stops, naming the request)
+    cuda_graphs: bool = False         # greedy decode steps through static buffers and row buckets (engines/real/
+                                      # graphs.py): CUDA graphs on a GPU, the same step eagerly on a CPU; False: eager
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -73,10 +75,13 @@ class RealSetup:
     def describe(self) -> str:
         return (f"{self.model}: KV budget: {self.budget_bytes / 2**20:.1f} MiB = {self.num_slots:,} token slots "
                 f"({self.bytes_per_slot / 1024:.1f} KiB/token) on {self.device}, {self.dtype}, {self.kernels} kernels, "
-                f"{self.gemm} linears")
+                f"{self.gemm} linears" + (", decode through static row buckets"
+                                           f"{' (CUDA graphs)' if self.executor.graphs.capture else ''}"
+                                           if self.executor.graphs is not None else ""))
 
     def summary_fields(self) -> dict:
         return {"device": self.device, "dtype": self.dtype, "kernels": self.kernels, "gemm": self.gemm,
+                "cuda_graphs": self.executor.graphs is not None,
                 "out_of_vocab": self.executor.out_of_vocab,
                 "kv_budget_bytes": self.budget_bytes, "kv_budget_slots": self.num_slots,
                 "torch_threads": self.load.get("torch_threads"), "cpu_count": self.load.get("cpu_count"),
@@ -90,7 +95,10 @@ class RealSetup:
         if wrapped:
             log.warning("%d requests had prompt ids outside the model's vocabulary of %d, folded into it "
                         "(backend.out_of_vocab=wrap)", wrapped, self.executor.vocab_size)
-        return {"requests_wrapped": wrapped, "forward_s": forward, "forward_fraction_of_iterations": forward / busy_s if busy_s > 0 else None,
+        graphs = self.executor.graphs
+        return {"requests_wrapped": wrapped, "forward_s": forward,
+                "static_decode_steps": graphs.steps if graphs is not None else 0,
+                "static_padded_rows": graphs.padded_rows if graphs is not None else 0, "forward_fraction_of_iterations": forward / busy_s if busy_s > 0 else None,
                 "load_avg_1m_end": host_load()["load_avg_1m"]}
 
 
@@ -178,7 +186,8 @@ def build_real(backend: RealBackendConfig, spec: ModelSpec, engine: EngineConfig
         host_k, host_v = allocate_host_blocks(cache.k, host_blocks)
         host = KVCache(host_k, host_v, host_blocks * engine.block_size, per_slot)
     executor = RealExecutor(loaded.model, scheduler.kv, cache, loaded.ops, device, backend.temperature,
-                            backend.seed, host=host, out_of_vocab=backend.out_of_vocab)
+                            backend.seed, host=host, out_of_vocab=backend.out_of_vocab,
+                            cuda_graphs=backend.cuda_graphs, max_rows=limits.max_num_seqs)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     load = host_load()
     if load["load_avg_1m"] > load["cpu_count"]:

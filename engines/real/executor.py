@@ -10,6 +10,7 @@ import torch
 from pagedbench.engines.batch import Batch
 from pagedbench.engines.protocols import KVManager
 from pagedbench.engines.real.context import IterationContext, set_context
+from pagedbench.engines.real.graphs import DecodeGraphs
 from pagedbench.engines.real.kv_cache import KVCache
 from pagedbench.engines.real.swap import swap_blocks
 from pagedbench.engines.real.vocab import check_choice, fit_prompt
@@ -33,7 +34,10 @@ class RealExecutor:
     or keeps the `width` best beams by summed log-probability (setting
     `Sequence.parents`, which the KV manager applies after the iteration).
     KV data the manager moved (copies, swaps) moves before the forward pass,
-    inside the iteration's time.
+    inside the iteration's time. With `cuda_graphs`, greedy decode steps of
+    single rows run through static buffers and row buckets up to `max_rows`
+    (engines/real/graphs.py), captured as CUDA graphs on a GPU and run
+    eagerly on a CPU; every other step runs as without.
     """
 
     name = "real"
@@ -41,7 +45,7 @@ class RealExecutor:
 
     def __init__(self, model: torch.nn.Module, kv: KVManager, cache: KVCache, ops, device: torch.device,
                  temperature: float = 0.0, seed: int = 0, keep_logits: bool = False, host: KVCache | None = None,
-                 out_of_vocab: str = "wrap"):
+                 out_of_vocab: str = "wrap", cuda_graphs: bool = False, max_rows: int = 256):
         check_choice(out_of_vocab, "backend.out_of_vocab")
         self.model, self.kv, self.cache, self.ops, self.device = model, kv, cache, ops, device
         self.host = host              # the host pool's blocks (paged swapping), or None
@@ -57,6 +61,10 @@ class RealExecutor:
         self.last_logits: torch.Tensor | None = None
         self.forward_s = 0.0          # time inside the model forward and sampling, summed
         self._t0 = time.perf_counter()
+        self.graphs = None
+        if cuda_graphs:
+            max_blocks = -(-model.config.max_position_embeddings // kv.block_size) if self.paged else 0
+            self.graphs = DecodeGraphs(model, cache, ops, device, self.paged, max_rows, max_blocks, capture=True)
 
     def start_clock(self) -> None:
         self._t0 = time.perf_counter()
@@ -120,10 +128,11 @@ class RealExecutor:
             ctx.context_lens = self._tensor(cached, torch.int32)
         return ids, pos, last, ctx
 
-    def _decode_context(self, batch: Batch):
+    def _decode_arrays(self, batch: Batch):
         """One row per decode row, then the padding rows: the last token fed at its position, the slot it is
-        stored in, the context each row reads. The slots are computed from the rows' tables (paged) or region
-        starts (contiguous) in numpy, not asked of the KV manager position by position."""
+        stored in, the context each row reads, and the rows' block tables (paged) or region starts (contiguous).
+        The slots are computed from the tables or starts in numpy, not asked of the KV manager position by
+        position."""
         rows = [(seq, row) for seq in batch.decode for row in range(seq.width)]
         padding = [(seq, row) for seq in batch.padding for row in range(seq.width)]
         everyone = rows + padding
@@ -147,11 +156,22 @@ class RealExecutor:
             starts[:len(rows)] -= pos[:len(rows)]
             slots = starts + pos
         slots[len(rows):] = -1
+        return np.asarray(ids, dtype=np.int64), pos, lens, slots, tables, starts
+
+    def _decode_context(self, batch: Batch):
+        ids, pos, lens, slots, tables, starts = self._decode_arrays(batch)
         ctx = IterationContext(self.cache.k, self.cache.v, self.ops, self.paged, False,
                                self._tensor(slots, torch.int64), context_lens=self._tensor(lens, torch.int32),
                                block_tables=None if tables is None else self._tensor(tables, torch.int32),
                                seq_starts=None if starts is None else self._tensor(starts, torch.int64))
         return ids, pos, None, ctx
+
+    def _static(self, batch: Batch) -> bool:
+        """Whether `batch` runs through the static decode path: a greedy decode step of single rows that fits
+        the largest bucket, its logits not kept."""
+        return (self.graphs is not None and not batch.is_prefill and self.temperature <= 0 and not self.keep_logits
+                and all(seq.width == 1 for seq in batch.decode) and all(seq.width == 1 for seq in batch.padding)
+                and self.graphs.bucket(len(batch.decode) + len(batch.padding)) is not None)
 
     def _move_kv(self, batch: Batch) -> None:
         """The KV data the manager moved for this iteration, before its forward pass."""
@@ -255,6 +275,15 @@ class RealExecutor:
     def execute(self, batch: Batch) -> float:
         started = time.perf_counter()
         self._move_kv(batch)
+        if self._static(batch):
+            ids, pos, lens, slots, tables, starts = self._decode_arrays(batch)
+            forward_start = time.perf_counter()
+            tokens = self.graphs.run(ids, pos, slots, lens, tables, starts)   # .tolist() waits for the device
+            for seq, token in zip(batch.decode, tokens):
+                seq.output_token_ids.append(token)
+            ended = time.perf_counter()
+            self.forward_s += ended - forward_start
+            return ended - started
         ids, pos, last, ctx = self._prefill_context(batch) if batch.is_prefill else self._decode_context(batch)
         forward_start = time.perf_counter()
         logits = self.forward(ids, pos, last, ctx)
@@ -277,4 +306,6 @@ class RealExecutor:
                                seq_starts=None if self.paged else self._tensor([0], torch.int64))
         self.forward([1], [0], [0], ctx)
         self._sync()
+        if self.graphs is not None:
+            self.graphs.capture_all()
         self.forward_s = 0.0

@@ -40,8 +40,9 @@ def make_model(arch):
 
 
 def make_engine(model, spec, engine, capacity, keep_logits=False, max_num_batched_tokens=256, ops="torch",
-                temperature=0.0):
-    limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max_num_batched_tokens)
+                temperature=0.0, cuda_graphs=False, max_num_seqs=256):
+    limits = SchedulerLimits(max_seq_len=spec.max_seq_len, max_num_batched_tokens=max_num_batched_tokens,
+                             max_num_seqs=max_num_seqs)
     config = engine_config(engine)
     per_slot = bytes_per_slot(spec.num_layers, spec.num_kv_heads, spec.head_dim, torch.float32)
     scheduler = build_scheduler(config, limits, capacity, per_slot)
@@ -52,13 +53,17 @@ def make_engine(model, spec, engine, capacity, keep_logits=False, max_num_batche
         k, v = allocate_host_blocks(cache.k, scheduler.kv.cpu_pool.num_blocks)
         host = KVCache(k, v, scheduler.kv.cpu_pool.num_blocks * config.block_size, per_slot)
     executor = RealExecutor(model, scheduler.kv, cache, load_ops(ops), torch.device("cpu"),
-                            temperature=temperature, keep_logits=keep_logits, host=host)
+                            temperature=temperature, keep_logits=keep_logits, host=host, cuda_graphs=cuda_graphs,
+                            max_rows=max_num_seqs)
     return scheduler, cache, executor
 
 
-def serve(model, spec, engine, requests, capacity, capture=None, ops="torch", temperature=0.0):
+def serve(model, spec, engine, requests, capacity, capture=None, ops="torch", temperature=0.0, cuda_graphs=False,
+          executors=None):
     scheduler, cache, executor = make_engine(model, spec, engine, capacity, keep_logits=capture is not None, ops=ops,
-                                             temperature=temperature)
+                                             temperature=temperature, cuda_graphs=cuda_graphs)
+    if executors is not None:
+        executors.append(executor)
     if capture is not None:
         inner = executor.execute
 

@@ -134,6 +134,7 @@ def test_the_whole_protocol_on_this_cpu(tmp_path, capsys):
     table = pd.read_csv(out / "claim.csv")
     assert list(table["engine"]) == ["orca_max", "paged"]
     assert (table["kv_budget_slots"] == 14400).all() and (table["requests"] == 64).all()
+    assert not table["cuda_graphs"].any() and (table["graphs_note"] == "no GPU").all()   # auto, on a CPU
     for side in ("real", "sim"):
         assert (table[f"{side}_output_tokens_per_s"] > 0).all()
         split = table[[f"{side}_kv_{k}" for k in ("token_states", "reservation", "internal_fragmentation",
