@@ -8,7 +8,10 @@ The config is run.py's (the same groups, parsed and checked by `RunConfig.parse`
 backend=real can serve. The server's own settings sit under `serve` (conf/serve.yaml, which composes
 conf/config.yaml and adds them): serve.host (127.0.0.1), serve.port (8000; 0 picks a free one) and
 serve.tokenizer (cl100k_base: a `pagedbench.workloads.tokenizer` spec, for text prompts and the text of generated
-tokens) and serve.api_key (null; set, every /v1/ request needs `Authorization: Bearer KEY`). Once bound it
+tokens) and serve.api_key (null; a key, or a list `serve.api_key=[k1,k2]`: every /v1/ request then needs
+`Authorization: Bearer KEY` with one of them; $VLLM_API_KEY is one more, as vLLM reads it) and
+serve.served_model_name (null: pagedbench-ENGINE-MODEL; a name or a list, `+serve.served_model_name=[a,b]`, the
+first in every response; a request naming another model gets vLLM's 404). Once bound it
 prints one line, "serving <engine> on http://host:port"; SIGTERM or SIGINT (Ctrl-C) end every open stream
 with a reason and shut it down. Hydra's log of the session goes to outputs/serve/, apart from the runs. The
 server (FastAPI under uvicorn), its endpoints and the stream's format: engines/serving/asgi_server.py.
@@ -34,7 +37,9 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8000                   # 0: a free port, printed once bound
     tokenizer: str = "cl100k_base"     # a pagedbench.workloads.tokenizer spec: a bpe_openai encoding or hf:/local/dir
-    api_key: str | None = None         # set: /v1/ requests need `Authorization: Bearer KEY` (else 401)
+    api_key: str | list[str] | None = None   # a key or several: /v1/ requests need `Authorization: Bearer KEY` (401)
+    served_model_name: str | list[str] | None = None   # the names requests may ask for (the first answers); null:
+                                                       # pagedbench-ENGINE-MODEL. Another name: 404, as vLLM
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -43,8 +48,20 @@ class ServeConfig:
             raise ValueError(f"serve.port must be an integer in [0, 65535], got {self.port!r}")
         if not isinstance(self.tokenizer, str) or not self.tokenizer:
             raise ValueError(f"serve.tokenizer must be a tokenizer spec, got {self.tokenizer!r}")
-        if self.api_key is not None and (not isinstance(self.api_key, str) or not self.api_key):
-            raise ValueError("serve.api_key must be null or a non-empty string")
+        keys = [self.api_key] if isinstance(self.api_key, str) else self.api_key
+        if keys is not None and (not isinstance(keys, (list, tuple)) or not keys
+                                 or not all(isinstance(k, str) and k for k in keys)):
+            raise ValueError(f"serve.api_key must be null, a non-empty string or a list of them, got {self.api_key!r}")
+        names = [self.served_model_name] if isinstance(self.served_model_name, str) else self.served_model_name
+        if names is not None and (not isinstance(names, (list, tuple)) or not names
+                                  or not all(isinstance(n, str) and n for n in names)):
+            raise ValueError(f"serve.served_model_name must be null, a name or a list of names, "
+                             f"got {self.served_model_name!r}")
+
+    @property
+    def model_names(self) -> list[str] | None:
+        names = self.served_model_name
+        return [names] if isinstance(names, str) else names
 
     @classmethod
     def from_dict(cls, d: dict) -> "ServeConfig":
@@ -67,7 +84,7 @@ def main(cfg: DictConfig) -> None:
         rc = RunConfig.parse(cfg)
         backend = rc.build_backend(cfg.gpu_memory_utilization)
         service = EngineService(backend, rc.model.name, rc.engine.label, settings.tokenizer,
-                                max_seq_len=rc.limits.max_seq_len)
+                                max_seq_len=rc.limits.max_seq_len, served_model_names=settings.model_names)
     except ValueError as err:          # a bad value in the config: one line, no stack trace
         refuse(str(err), 2)
     log.info("%s", backend.describe())

@@ -30,7 +30,7 @@ def test_the_common_vllm_flags_map_onto_a_run_with_backend_http():
                     "--goodput", "ttft:250", "tpot:40", "--save-detailed", "--seed", "3")
     assert out[:5] == ["backend=http", "backend.url=http://10.0.0.2:9000", "backend.endpoint=completions",
                        "workload.seed=3", f"hydra.run.dir={BENCH_DIR}/{STAMP}"]
-    for expected in ("backend.model=org/m", "workload.num_requests=50", "workload.arrival=poisson",
+    for expected in ("backend.model='org/m'", "backend.read_timeout_s=21600", "workload.num_requests=50", "workload.arrival=poisson",
                      "workload.request_rate=4", "backend.max_concurrency=8", "measure.percentiles=[50,99.9]",
                      "measure.slo.ttft_s=0.25", "measure.slo.tpot_s=0.04", "measure.slo.e2e_latency_s=null",
                      "measure.vllm_detailed=true", "workload=synthetic",
@@ -165,3 +165,92 @@ def test_an_installed_pagedbench_runs_serves_and_benchmarks_outside_the_checkout
     assert (result["completed"], result["failed"], result["max_concurrency"]) == (4, 0, 2)
     assert result["total_output_tokens"] == 16 and result["endpoint_type"] == "http"
     assert math.isfinite(result["mean_ttft_ms"]) and len(result["queue_times"]) == 4
+
+
+def test_vllms_other_bench_flags_are_in_the_help_and_map_onto_the_run(capsys):
+    with pytest.raises(SystemExit):
+        bench_parser().parse_args(["--help"])
+    text = capsys.readouterr().out
+    for flag in ("--header", "--extra-body", "--temperature", "--top-p", "--top-k", "--min-p", "--num-warmups",
+                 "--ramp-up-strategy", "--ramp-up-start-rps", "--ramp-up-end-rps", "--metadata", "--append-result",
+                 "--served-model-name", "--ready-check-timeout-sec"):
+        assert flag in text, flag
+    out = overrides("--model", "m", "--served-model-name", "served", "--header", "X-Team=a b", "X-Run=7",
+                    "--extra-body", '{"stop": ["\\n"], "seed": 3}', "--top-p", "0.9", "--top-k", "20",
+                    "--temperature", "0.7", "--num-warmups", "2")
+    assert "backend.model='served'" in out
+    assert "backend.headers={X-Team:'a b',X-Run:'7'}" in out
+    assert "backend.extra_body={stop:['\n'],seed:3,top_p:0.9,top_k:20}" in out
+    assert {"backend.temperature=0.7", "backend.warmup_requests=2", "backend.read_timeout_s=21600"} <= set(out)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--extra-body", "[1]"], "--extra-body must be a JSON object"),
+    (["--extra-body", "{oops"], "--extra-body is not JSON"),
+    (["--header", "novalue"], "--header 'novalue': write KEY=VALUE"),
+    (["--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1"], "--ramp-up-strategy needs --ramp-up-end-rps"),
+    (["--temperature", "-1"], "--temperature must be >= 0"),
+])
+def test_bad_new_flags_are_named(flags, message, capsys):
+    with pytest.raises(SystemExit):
+        overrides(*flags)
+    assert message in capsys.readouterr().err
+
+
+def test_a_ramp_goes_from_start_to_end_rps():
+    from pagedbench.bench import ramp_rates
+
+    assert ramp_rates("linear", 1, 5, 5) == [1, 2, 3, 4, 5]
+    assert ramp_rates("exponential", 1, 16, 5) == pytest.approx([1, 2, 4, 8, 16])
+    assert ramp_rates("linear", 3, 9, 1) == [3]
+
+
+def test_a_ramped_queue_is_the_run_s_draw_with_ramped_arrivals(tmp_path):
+    from pagedbench.bench import ramp_trace
+    from pagedbench.workloads.trace_file import read_trace
+
+    flags = ["--num-prompts", "40", "--ramp-up-strategy", "linear", "--ramp-up-start-rps", "1",
+             "--ramp-up-end-rps", "50", "--input-len", "20", "--output-len", "5"]
+    parser = bench_parser()
+    args = parser.parse_args(flags)
+    extra = ramp_trace(args, bench_overrides(args, parser, STAMP), [], tmp_path / "ramp.jsonl")
+    assert extra == ["workload=trace", f"workload.path={(tmp_path / 'ramp.jsonl').resolve()}"]
+    rows = read_trace(tmp_path / "ramp.jsonl")
+    gaps = rows["arrival_s"].diff().dropna().tolist()
+    assert len(rows) == 40 and rows["arrival_s"].iloc[0] == 0 and all(g >= 0 for g in gaps)
+    assert sum(gaps[:10]) > sum(gaps[-10:])   # the rate rises: early gaps are longer
+    assert set(rows["prompt_len"]) == {20} and "prompt_token_ids" in rows   # the draw's own prompts
+
+
+def test_a_saved_result_carries_the_metadata_and_appends_as_a_line(tmp_path):
+    from pagedbench.bench import save_result
+
+    result = tmp_path / "vllm_result.json"
+    result.write_text(json.dumps({"completed": 3}))
+    dest = tmp_path / "out" / "r.json"
+    save_result(result, dest, {"team": "a"}, append=False)
+    save_result(result, dest, {"team": "b"}, append=True)
+    lines = dest.read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [{"completed": 3, "team": "a"}, {"completed": 3, "team": "b"}]
+    save_result(result, dest, {}, append=False)
+    assert json.loads(dest.read_text()) == {"completed": 3}
+
+
+def test_the_console_block_is_read_from_the_result_json():
+    from pagedbench.bench import result_block
+
+    text = result_block({"completed": 5, "duration": 2.5, "output_throughput": 80.0, "mean_ttft_ms": 12.5,
+                         "median_ttft_ms": 11.0, "p99_ttft_ms": 30.0})
+    assert "Successful requests:" in text and "Mean TTFT (ms):" in text and "12.50" in text
+    assert "P99 TTFT (ms):" in text and "30.00" in text and "TPOT" not in text
+
+
+def test_a_server_that_never_answers_is_named_within_the_ready_check():
+    from pagedbench.bench import wait_ready
+
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]   # bound, never listening: connections are refused
+        problem = wait_ready(f"http://127.0.0.1:{port}", {}, 1)
+    assert problem and "did not answer GET /v1/models within 1 s" in problem

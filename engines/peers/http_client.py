@@ -22,6 +22,7 @@ from collections.abc import Callable
 import http.client
 import json
 import logging
+import os
 import socket
 import ssl
 import time
@@ -42,6 +43,8 @@ HEADERS = {"Content-Type": "application/json", "Accept": "text/event-stream", "A
            "User-Agent": "pagedbench"}      # identity: a stream's chunks are timed as they arrive, not inflated
 KEEPALIVE_EXPIRY_S = 3.0    # below uvicorn's 5 s keep-alive, so an idle connection is dropped here first
 log = logging.getLogger("pagedbench")
+logging.getLogger("httpx").setLevel(logging.WARNING)   # not one INFO line per request
+API_KEY_ENV = "OPENAI_API_KEY"   # the key sent when backend.api_key is null, as OpenAI's clients and vLLM's bench
 ERROR_BODY_BYTES = 4096     # read of a non-2xx body, of which the error keeps the first 200 characters
 
 
@@ -150,11 +153,13 @@ async def _replay(requests: list[Request], bodies: list[bytes], cfg: HttpBackend
     return sorted(measured, key=lambda m: m.request.id), wall_s
 
 
-def request_headers(cfg: HttpBackendConfig) -> dict[str, str]:
-    """Every request's headers: ours, `cfg.headers`, and the API key as a bearer token."""
+def request_headers(cfg: HttpBackendConfig, environ: dict | None = None) -> dict[str, str]:
+    """Every request's headers: ours, `cfg.headers`, and the API key as a bearer token (`cfg.api_key`, else
+    $OPENAI_API_KEY; read here, so the key never lands in the run's saved config)."""
     headers = {**HEADERS, **cfg.headers}
-    if cfg.api_key:
-        headers["Authorization"] = f"Bearer {cfg.api_key}"
+    key = cfg.api_key or (os.environ if environ is None else environ).get(API_KEY_ENV)
+    if key and not any(k.lower() == "authorization" for k in cfg.headers):
+        headers["Authorization"] = f"Bearer {key}"
     return headers
 
 

@@ -24,7 +24,8 @@ write. Endpoints, as vLLM's OpenAI server's:
   histograms, under vLLM's names where vLLM has one (`vllm:num_requests_running`, ...).
 
 Errors are vLLM's JSON (`{"error": {"message", "type", "param", "code"}}`): 400 for a bad body, 401
-without the `--api-key` (`Authorization: Bearer KEY`) when one is set, 404 for no route, 503 while the
+without one of the API keys (`Authorization: Bearer KEY`; serve.api_key, one or a list, and $VLLM_API_KEY)
+when one is set, 404 for no route, 503 while the
 server stops or after its engine failed. A client that goes away, before its first token or mid-stream, has
 its request aborted: the engine frees its KV blocks before its next step (the host blocks of one swapped
 out; static batching runs a running member to its batch's end). On SIGTERM the server takes no new request
@@ -47,10 +48,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pagedbench.engines.engine import memory_fields
-from pagedbench.engines.protocols import Backend, Scheduler
+from pagedbench.engines.protocols import Backend
 from pagedbench.engines.run_record import IterationRow, RunRecord
 from pagedbench.engines.sequence import Sequence, Status
+from pagedbench.engines.serving.auth import KeyCheck, api_keys
+from pagedbench.engines.serving.metrics import Metrics
 from pagedbench.engines.serving.online_loop import Inbox, serve_loop
 from pagedbench.engines.serving.openai_api import BadRequest, ParsedRequest, Reply, error_body, parse_body
 from pagedbench.engines.serving.token_text import TokenText
@@ -63,12 +65,6 @@ try:
     VERSION = importlib.metadata.version("pagedbench")
 except importlib.metadata.PackageNotFoundError:
     VERSION = "0+unknown"
-# Histogram buckets in seconds: a CPU's tokens take tens of ms to seconds, a GPU's ms.
-LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                   20.0, 40.0, 80.0, 160.0)
-KV_CATEGORIES = ("token_states", "reservation", "internal_fragmentation", "external_fragmentation", "free")
-
-
 @dataclass(slots=True)
 class Event:
     """What the engine thread tells a request's response: a token, the end, a rejection, an error."""
@@ -76,58 +72,6 @@ class Event:
     kind: str                # "token" | "finished" | "rejected" | "error"
     token_id: int = -1
     message: str = ""
-
-
-class Metrics:
-    """The server's Prometheus metrics, in a registry of their own (one per service)."""
-
-    def __init__(self, capacity_slots: int):
-        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-
-        self.registry = r = CollectorRegistry()
-        self.capacity = capacity_slots
-        self.running = Gauge("vllm:num_requests_running", "Requests in the engine's running batch.", registry=r)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be admitted.", registry=r)
-        self.swapped = Gauge("vllm:num_requests_swapped", "Requests swapped out to host memory.", registry=r)
-        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "KV cache usage: 1 is full (slots not free / all).",
-                              registry=r)
-        self.kv_split = Gauge("pagedbench:kv_cache_slots", "KV cache token slots by category (the paper's split).",
-                              ["category"], registry=r)
-        self.preemptions = Counter("vllm:num_preemptions", "Preemptions (recompute or swap).", registry=r)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prompt tokens prefilled.", registry=r)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Tokens generated.", registry=r)
-        self.finished = Counter("vllm:request_success", "Requests finished.", ["finished_reason"], registry=r)
-        self.ttft = Histogram("vllm:time_to_first_token_seconds", "Arrival to first token.",
-                              buckets=LATENCY_BUCKETS, registry=r)
-        self.itl = Histogram("vllm:inter_token_latency_seconds", "Between two tokens of a request.",
-                             buckets=LATENCY_BUCKETS, registry=r)
-        self.e2e = Histogram("vllm:e2e_request_latency_seconds", "Arrival to last token.",
-                             buckets=LATENCY_BUCKETS, registry=r)
-        for category in KV_CATEGORIES:
-            self.kv_split.labels(category=category).set(capacity_slots if category == "free" else 0)
-
-    def state(self, scheduler: Scheduler) -> None:
-        """The scheduler's requests and KV split as they are now (on the engine thread, between steps)."""
-        self.running.set(len(scheduler.held()))
-        self.waiting.set(len(scheduler.waiting))
-        self.swapped.set(len(scheduler.swapped))
-        memory = memory_fields(scheduler)
-        self.kv_usage.set(1 - memory["free"] / self.capacity if self.capacity else 0.0)
-        for category in KV_CATEGORIES:
-            self.kv_split.labels(category=category).set(memory[category])
-
-    def step(self, row: IterationRow, generated: int) -> None:
-        """After an iteration (on the engine thread): its preemptions and tokens."""
-        if row.preempted:
-            self.preemptions.inc(row.preempted)
-        if row.prefill_tokens:
-            self.prompt_tokens.inc(row.prefill_tokens)
-        self.generation_tokens.inc(generated)
-
-    def text(self) -> tuple[bytes, str]:
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
 class Stream:
@@ -152,16 +96,20 @@ class EngineService:
     collects every sequence and iteration row as run_engine's RunRecord does (read it after `stop()`)."""
 
     def __init__(self, backend: Backend, model_name: str, engine_label: str, tokenizer: str = "cl100k_base",
-                 max_seq_len: int | None = None, keep_record: bool = False):
+                 max_seq_len: int | None = None, keep_record: bool = False,
+                 served_model_names: list[str] | tuple[str, ...] | None = None):
         self.backend, self.engine_label = backend, engine_label
-        self.model_id = f"pagedbench-{engine_label}-{model_name}"
+        # The names a request may ask for (vLLM's --served-model-name); the first is the one responses carry.
+        self.model_names = tuple(served_model_names or (f"pagedbench-{engine_label}-{model_name}",))
+        self.model_id = self.model_names[0]
         self.max_seq_len = max_seq_len
         self.vocab_size: int | None = getattr(backend.executor, "vocab_size", None)   # the model's, on the real backend
         self.text = TokenText(tokenizer)
         self.server_header = f"pagedbench/{VERSION} {engine_label}"
         self.created = int(time.time())
         self.inbox = Inbox(backend.executor.now)
-        self.metrics = Metrics(backend.scheduler.kv.capacity)
+        self.metrics = Metrics(backend.scheduler.kv.capacity, self.model_id, engine_label,
+                               getattr(backend.scheduler.kv, "block_size", None))
         self.engine_error: str | None = None
         self.record = RunRecord(capacity_slots=backend.scheduler.kv.capacity) if keep_record else None
         self._streams: dict[int, Stream] = {}
@@ -253,12 +201,14 @@ class EngineService:
         if stream is None:
             return             # aborted (counted then), yet run on: static batching runs every member
         if finished:
-            self.metrics.finished.labels(finished_reason="length").inc()
+            self.metrics.finished("length")
+            self.metrics.request_done(seq)
         now = time.perf_counter()
         if stream.last is None:
             self.metrics.ttft.observe(now - stream.arrival)
         else:
             self.metrics.itl.observe(now - stream.last)
+            self.metrics.tpot.observe(now - stream.last)
         if finished:
             self.metrics.e2e.observe(now - stream.arrival)
         stream.last = now
@@ -292,14 +242,14 @@ class EngineService:
             if self._streams.pop(request_id, None) is None:
                 return             # already finished
             self._aborted.append(request_id)
-        self.metrics.finished.labels(finished_reason="abort").inc()
+        self.metrics.finished("abort")
         self.inbox.wake()
 
     def models(self) -> dict:
         return {"object": "list", "data": [{
-            "id": self.model_id, "object": "model", "created": self.created, "owned_by": "pagedbench",
+            "id": name, "object": "model", "created": self.created, "owned_by": "pagedbench",
             "root": self.model_id, "parent": None, "max_model_len": self.max_seq_len, "permission": [],
-            "engine": self.engine_label}]}
+            "engine": self.engine_label} for name in self.model_names]}
 
 
 async def disconnected(request: Request) -> None:
@@ -317,8 +267,11 @@ async def ready_events(stream: Stream) -> list[Event]:
     return events
 
 
-def build_app(service: EngineService, api_key: str | None = None):
-    """The FastAPI app over `service` (started and stopped with the app's lifespan)."""
+def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...] | None = None,
+              environ: dict | None = None):
+    """The FastAPI app over `service` (started and stopped with the app's lifespan). `api_key`: one key or
+    several, with $VLLM_API_KEY (read from `environ`, default the process's) one more (engines/serving/auth.py)."""
+    keys = KeyCheck(api_keys(api_key, environ))
     @asynccontextmanager
     async def lifespan(app):
         if not service._started:
@@ -328,14 +281,15 @@ def build_app(service: EngineService, api_key: str | None = None):
 
     app = FastAPI(title="pagedbench", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None)
 
-    def error(status: int, message: str, code: str, kind: str = "invalid_request_error") -> JSONResponse:
-        return JSONResponse(error_body(message, code, kind), status_code=status,
+    def error(status: int, message: str, code: str, kind: str = "invalid_request_error",
+              param: str | None = None) -> JSONResponse:
+        return JSONResponse(error_body(message, code, kind, param), status_code=status,
                             headers={"Server": service.server_header})
 
     @app.middleware("http")
     async def guard(request: Request, call_next):
-        if api_key is not None and request.url.path.startswith("/v1/"):
-            if request.headers.get("authorization") != f"Bearer {api_key}":
+        if keys.enabled and request.url.path.startswith("/v1/"):
+            if not keys.allows(request.headers.get("authorization")):
                 return error(401, "a valid API key is required (Authorization: Bearer KEY)", "invalid_api_key",
                              "authentication_error")
         response = await call_next(request)
@@ -369,7 +323,10 @@ def build_app(service: EngineService, api_key: str | None = None):
         try:
             parsed = parse_body(await body_of(request), chat, service.text, service.max_seq_len, service.vocab_size)
         except BadRequest as err:
-            return error(400, str(err), err.code)
+            return error(400, str(err), err.code, param=err.param)
+        if parsed.model is not None and parsed.model not in service.model_names:   # vLLM's answer, word for word
+            return error(404, f"The model `{parsed.model}` does not exist.", "model_not_found", "NotFoundError",
+                         param="model")
         request_id, stream = service.submit(parsed)
         reply = Reply(parsed, service.model_id)
         # Until its response exists, a client that goes away is only seen by watching for the disconnect.
@@ -501,8 +458,7 @@ def build_app(service: EngineService, api_key: str | None = None):
                 raise BadRequest("detokenize needs tokens: a list of token ids (ints >= 0)")
         except ValueError as err:
             return error(400, str(err), getattr(err, "code", "invalid_request"))
-        pieces = service.text.decoder()
-        return {"prompt": "".join(pieces.add(t, final=i == len(tokens) - 1) for i, t in enumerate(tokens))}
+        return {"prompt": service.text.decode(tokens)}
 
     @app.get("/metrics")
     async def metrics():

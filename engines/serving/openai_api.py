@@ -18,15 +18,17 @@ from pagedbench.engines.serving.token_text import TokenText
 
 
 class BadRequest(ValueError):
-    """A request the server refuses with HTTP 400; `code` goes in the OpenAI error body."""
+    """A request the server refuses with HTTP 400; `code` and `param` (the field at fault) go in the OpenAI
+    error body."""
 
-    def __init__(self, message: str, code: str = "invalid_request"):
+    def __init__(self, message: str, code: str = "invalid_request", param: str | None = None):
         super().__init__(message)
         self.code = code
+        self.param = param
 
 
-def error_body(message: str, code: str, kind: str = "invalid_request_error") -> dict:
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+def error_body(message: str, code: str, kind: str = "invalid_request_error", param: str | None = None) -> dict:
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
 @dataclass(slots=True)
@@ -39,6 +41,7 @@ class ParsedRequest:
     stream: bool = False
     include_usage: bool = False        # stream_options.include_usage
     return_token_ids: bool = False     # each choice also carries its token ids (`token_ids`)
+    model: str | None = None           # the model the body names (None: not named, the server's first)
 
 
 def _int(value) -> bool:
@@ -83,7 +86,8 @@ def _content(content) -> str:
 
 def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None,
                vocab_size: int | None = None) -> ParsedRequest:
-    """Check a request body; unknown fields (temperature, model, ignore_eos, ...) are accepted and ignored.
+    """Check a request body; unknown fields (temperature, ignore_eos, ...) are accepted and ignored; the
+    model it names is returned for the server to check against the names it serves.
     Without max_tokens (for chat, max_completion_tokens, which wins when both are given) a request gets the
     rest of the context, `max_seq_len` minus its prompt, as vLLM gives it; logprobs are refused (not
     computed). A prompt of token ids must lie in the model's vocabulary (`vocab_size`, when the engine has
@@ -124,8 +128,11 @@ def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None,
     if max_seq_len is not None and len(ids) + max_tokens > max_seq_len:
         raise BadRequest(f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) = {len(ids) + max_tokens} "
                          f"exceeds the model's max_seq_len of {max_seq_len}", "context_length_exceeded")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequest(f"model must be a string, got {model!r}", param="model")
     return ParsedRequest(chat, ids, max_tokens, stream, _flag(options, "include_usage"),
-                         _flag(body, "return_token_ids"))
+                         _flag(body, "return_token_ids"), model)
 
 
 @dataclass(slots=True)

@@ -2,11 +2,17 @@
 
 Prompts are encoded exactly as the workloads encode text
 (`pagedbench.workloads.tokenizer.load_tokenizer`, so a spec names the same ids in a
-trace and on the wire). Output tokens become text token by token
-(`TextPieces`): a UTF-8 character split across tokens comes out whole with
-the token that completes it, so some tokens' text is "". The model's ids
-need not be the tokenizer's (the tiny model has random weights and its own
-vocabulary size): an id the tokenizer cannot decode is "" too, never an error.
+trace and on the wire). Output tokens become text token by token: a UTF-8
+character split across tokens comes out whole with the token that completes
+it, so some tokens' text is "". A bpe_openai encoding gives each token's
+bytes exactly (`TextPieces`: an incremental UTF-8 decoder over them). A
+Hugging Face tokenizer's token is not always whole bytes on its own (byte-level
+BPE marks bytes with printable stand-ins, SentencePiece marks spaces and byte
+fallbacks), so its tokens go through the library's own incremental decoder,
+`tokenizers.decoders.DecodeStream` (`StreamPieces`), as vLLM's do: the text of
+a stream is the text of the whole decode. The model's ids need not be the
+tokenizer's (the tiny model has random weights and its own vocabulary size):
+an id the tokenizer cannot decode is "" too, never an error.
 """
 from __future__ import annotations
 
@@ -29,11 +35,13 @@ class TokenText:
             hf = AutoTokenizer.from_pretrained(str(Path(spec[len(HF_PREFIX):]).expanduser().resolve()),
                                                local_files_only=True)
             self._vocab = len(hf)
+            self._hf = hf
             self._bytes: Callable[[int], bytes] = lambda token: hf.decode([token]).encode()
         else:
             import bpe_openai
 
             encoding = bpe_openai.get_encoding(spec)
+            self._hf = None
             self._vocab = encoding.n_vocab
             self._bytes = encoding.decode_single_token_bytes
 
@@ -49,8 +57,16 @@ class TokenText:
         except Exception:   # bpe_openai: KeyError for an undefined id; never let a token stop a stream
             return b""
 
-    def decoder(self) -> "TextPieces":
-        return TextPieces(self)
+    def decoder(self) -> "TextPieces | StreamPieces":
+        """One response's text, token by token."""
+        return TextPieces(self) if self._hf is None else StreamPieces(self._hf.backend_tokenizer, self._vocab)
+
+    def decode(self, token_ids: list[int]) -> str:
+        """The text of `token_ids` at once (ids the vocabulary lacks left out), as /detokenize answers."""
+        ids = [t for t in token_ids if 0 <= t < self._vocab]
+        if self._hf is not None:
+            return self._hf.decode(ids, skip_special_tokens=False)
+        return b"".join(self.token_bytes(t) for t in ids).decode("utf-8", "replace")
 
 
 class TextPieces:
@@ -67,3 +83,26 @@ class TextPieces:
     def flush(self) -> str:
         """What is held back of a partial character, at the end ("" when nothing is)."""
         return self._utf8.decode(b"", final=True)
+
+
+class StreamPieces:
+    """One response's text through a Hugging Face tokenizer's incremental decoder (`DecodeStream`)."""
+
+    def __init__(self, core, vocab: int):
+        from tokenizers.decoders import DecodeStream
+
+        self._core, self._vocab = core, vocab
+        self._stream = DecodeStream(skip_special_tokens=False)
+
+    def add(self, token_id: int, final: bool = False) -> str:
+        """The text this token completes ("" while the decoder holds it back, or for an id it cannot decode)."""
+        if not 0 <= token_id < self._vocab:
+            return ""
+        try:
+            return self._stream.step(self._core, token_id) or ""
+        except Exception:   # never let a token stop a stream
+            return ""
+
+    def flush(self) -> str:
+        """The decoder keeps no partial character to flush: what it held back is not text."""
+        return ""

@@ -389,3 +389,15 @@ def test_client_settings_validation(change, message):
     with pytest.raises(ValueError) as err:
         HttpBackendConfig.from_dict({"url": "http://127.0.0.1:8000", **change})
     assert message in str(err.value)
+
+
+def test_without_a_configured_key_the_client_sends_openai_api_key_and_a_header_wins():
+    from pagedbench.engines.peers.http_client import request_headers
+
+    cfg = HttpBackendConfig(url="http://127.0.0.1:1")
+    assert request_headers(cfg, {"OPENAI_API_KEY": "env-key"})["Authorization"] == "Bearer env-key"
+    assert "Authorization" not in request_headers(cfg, {})
+    assert request_headers(HttpBackendConfig(url="http://127.0.0.1:1", api_key="cfg"),
+                           {"OPENAI_API_KEY": "env-key"})["Authorization"] == "Bearer cfg"
+    given = HttpBackendConfig(url="http://127.0.0.1:1", headers={"authorization": "Basic x"})
+    assert "Authorization" not in request_headers(given, {"OPENAI_API_KEY": "env-key"})

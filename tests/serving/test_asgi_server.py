@@ -151,6 +151,14 @@ def offline_tokens(loaded, engine: str, prompt: list[int], max_tokens: int) -> l
     return record.sequences[0].output_token_ids
 
 
+def finished_count(metrics_text: str, reason: str) -> float | None:
+    """vllm:request_success_total for `reason` in /metrics text (whatever its other labels), None if absent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return next((s.value for family in text_string_to_metric_families(metrics_text) for s in family.samples
+                 if s.name == "vllm:request_success_total" and s.labels.get("finished_reason") == reason), None)
+
+
 def wait_idle(server: Running, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while server.backend.scheduler.has_work():
@@ -256,7 +264,7 @@ def test_each_engine_streams_one_chunk_per_token_equal_to_its_offline_run(loaded
     with running(loaded, engine, keep_record=True) as server:
         evs = stream(server.port, {"prompt": PROMPT, "max_tokens": 12, "stream_options": {"include_usage": True},
                                    "return_token_ids": True, "ignore_eos": True, "temperature": 0.7,
-                                   "model": "whatever", "unknown_field": 1})
+                                   "model": f"pagedbench-{ENGINES[engine].label}-tiny", "unknown_field": 1})
     chunks = token_chunks(evs)
     assert [c["choices"][0]["token_ids"] for c in chunks] == [[t] for t in expected]
     assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * 11 + ["length"]
@@ -409,10 +417,18 @@ def test_a_client_that_hangs_up_mid_stream_has_its_kv_blocks_freed(loaded):
                          b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
             assert sock.recv(4096).startswith(b"HTTP/1.1 200")      # headers come with the first token
             assert kv.usage()[1] > 0                                 # its blocks are held while it streams
+        hung_up = time.monotonic()
         wait_idle(server, timeout_s=30)       # dropped long before its 110 tokens: the engine has no work
+        to_idle = time.monotonic() - hung_up
         assert kv.usage()[1] == 0 and not server.backend.scheduler.held()
+        assert len(server.record.sequences) == 1, "the request left no record"
         (dropped,) = server.record.sequences
         assert dropped.status == Status.FAILED and len(dropped.output_token_ids) < 110    # aborted, not finished
+        # Counted as an abort, not as a finish, and freed within seconds of the hang-up.
+        text = call(server.port, "GET", "/metrics")[2].decode()
+        assert finished_count(text, "abort") == 1.0
+        assert finished_count(text, "length") is None
+        assert to_idle < 5.0, f"{to_idle:.1f} s from the hang-up to an idle engine"
         assert len(token_chunks(stream(server.port, {"prompt": PROMPT, "max_tokens": 5}))) == 5
         assert call(server.port, "GET", "/health")[0] == 200
 
@@ -484,8 +500,8 @@ def test_a_client_that_leaves_before_its_first_token_is_aborted(loaded):
         assert waiting.status == Status.FAILED and "went away" in waiting.rejected_reason
         assert waiting.output_token_ids == [] and server.backend.scheduler.kv.usage()[1] == 0
         text = call(server.port, "GET", "/metrics")[2].decode()
-        assert 'vllm:request_success_total{finished_reason="abort"} 1.0' in text
-        assert 'vllm:request_success_total{finished_reason="length"} 1.0' in text
+        assert finished_count(text, "abort") == 1.0
+        assert finished_count(text, "length") == 1.0
     with running(loaded, "paged", keep_record=True) as server:
         hang_up_after_sending(server.port, {"prompt": list(range(3, 13)), "stream": False}, wait_s=0.02)   # 118 tokens
         wait_idle(server)
@@ -616,6 +632,8 @@ def test_an_api_key_guards_the_v1_routes(loaded):
         # The key is compared as it is: one that differs only in case is another key.
         assert call(server.port, "GET", "/v1/models", headers={"Authorization": "Bearer S3CRET"})[0] == 401
         assert call(server.port, "GET", "/v1/models", headers={"Authorization": "Bearer s3cre"})[0] == 401
+        assert call(server.port, "GET", "/v1/models", headers={"Authorization": "Bearer s3crets"})[0] == 401
+        assert call(server.port, "GET", "/v1/models", headers={"Authorization": "bearer s3cret"})[0] == 200
         status, _, payload = call(server.port, "POST", "/v1/completions", body,
                                   headers={"Authorization": "Bearer s3cret"})
         assert status == 200 and json.loads(payload)["usage"]["completion_tokens"] == 2
@@ -631,9 +649,10 @@ def test_metrics_are_prometheus_text_that_counts_what_was_served(loaded):
         wait_idle(server)
         status, headers, payload = call(server.port, "GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
+    served = {"model_name": server.service.model_id, "engine": "paged"}   # on every sample, as vLLM labels them
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(payload.decode()) for s in family.samples}
-    value = lambda name, **labels: samples[(name, tuple(sorted(labels.items())))]   # noqa: E731
+    value = lambda name, **labels: samples[(name, tuple(sorted((labels | served).items())))]   # noqa: E731
     assert value("vllm:generation_tokens_total") == 8 and value("vllm:prompt_tokens_total") == 2 * len(PROMPT)
     assert value("vllm:request_success_total", finished_reason="length") == 2
     assert value("vllm:num_requests_running") == value("vllm:num_requests_waiting") == 0
@@ -796,3 +815,24 @@ def test_a_prompt_id_outside_the_model_s_vocabulary_gets_a_400_that_names_it(pag
     assert error["code"] == "invalid_token_id" and "prompt token 1 is id 50272" in error["message"]
     status, _, _ = call(paged.port, "POST", "/v1/completions", {"prompt": [1, 50271], "max_tokens": 2})
     assert status == 200
+
+
+def test_served_model_names_answer_and_any_other_model_is_vllms_404(loaded):
+    from starlette.testclient import TestClient
+
+    backend = build_real(BACKEND, SPEC, ENGINES["paged"], LIMITS, loaded=loaded)
+    service = EngineService(backend, SPEC.name, "paged", "cl100k_base", max_seq_len=LIMITS.max_seq_len,
+                            served_model_names=["opt-test", "alias"])
+    with TestClient(build_app(service)) as client:
+        assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["opt-test", "alias"]
+        for model in ("opt-test", "alias", None):   # a body without a model gets the first name, as vLLM's
+            body = {"prompt": PROMPT, "max_tokens": 2} | ({"model": model} if model else {})
+            response = client.post("/v1/completions", json=body)
+            assert response.status_code == 200 and response.json()["model"] == "opt-test"
+        response = client.post("/v1/chat/completions", json={"model": "gpt-4", "max_tokens": 2,
+                                                              "messages": [{"role": "user", "content": "hi"}]})
+        assert response.status_code == 404
+        assert response.json()["error"] == {"message": "The model `gpt-4` does not exist.", "type": "NotFoundError",
+                                            "param": "model", "code": "model_not_found"}
+        response = client.post("/v1/completions", json={"prompt": PROMPT, "max_tokens": 2, "model": 7})
+        assert response.status_code == 400 and response.json()["error"]["param"] == "model"

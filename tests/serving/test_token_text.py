@@ -54,4 +54,44 @@ def test_a_hugging_face_tokenizer_from_a_local_directory(tmp_path):
     assert text.encode("hello world") == [1, 2]
     assert [text.token_bytes(i) for i in (-1, 0, 1, 2, 3)] == [b"", b"[UNK]", b"hello", b"world", b""]
     pieces = text.decoder()
-    assert [pieces.add(1), pieces.add(2, final=True)] == ["hello", "world"]
+    assert pieces.add(1) + pieces.add(2, final=True) == "hello world" == text.decode([1, 2])   # the decoder's space
+
+
+UNICODE = "héllo wörld 日本語 🙂 naïve café — ok"
+
+
+@pytest.fixture(scope="module")
+def byte_level(tmp_path_factory):
+    """A byte-level BPE tokenizer saved to a local directory, as `engines/real/local_model.py` trains one."""
+    from pagedbench.engines.real.local_model import train_tokenizer
+
+    folder = tmp_path_factory.mktemp("bpe")
+    train_tokenizer(["hello world, a small corpus", "naïve café", "日本語のテキスト"] * 20, 300).save_pretrained(folder)
+    return TokenText(f"hf:{folder}")
+
+
+def streamed(text: TokenText, ids: list[int]) -> str:
+    pieces = text.decoder()
+    return "".join(pieces.add(t, final=i == len(ids) - 1) for i, t in enumerate(ids)) + pieces.flush()
+
+
+@pytest.mark.parametrize("which", ["cl100k", "byte_level"])
+def test_any_unicode_round_trips_token_by_token_and_at_once(which, request):
+    text = request.getfixturevalue(which)
+    ids = text.encode(UNICODE)
+    assert len(ids) > 8
+    assert streamed(text, ids) == UNICODE == text.decode(ids)
+
+
+@pytest.mark.parametrize("which", ["cl100k", "byte_level"])
+def test_random_strings_round_trip(which, request):
+    from hypothesis import given, settings, strategies as st
+
+    text = request.getfixturevalue(which)
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.text(st.characters(blacklist_categories=("Cs",)), max_size=40))
+    def check(s):
+        ids = text.encode(s)
+        assert streamed(text, ids) == s == text.decode(ids)
+    check()
