@@ -12,6 +12,7 @@ from pagedbench.engines.protocols import KVManager
 from pagedbench.engines.real.context import IterationContext, set_context
 from pagedbench.engines.real.graphs import DecodeGraphs
 from pagedbench.engines.real.kv_cache import KVCache
+from pagedbench.engines.real.sampling import Sampling, sample
 from pagedbench.engines.real.swap import swap_blocks
 from pagedbench.engines.real.vocab import check_choice, fit_prompt
 from pagedbench.engines.sequence import Sequence
@@ -61,6 +62,9 @@ class RealExecutor:
         self.last_logits: torch.Tensor | None = None
         self.forward_s = 0.0          # time inside the model forward and sampling, summed
         self._t0 = time.perf_counter()
+        # A request's own sampling (the server sets it by request id, before the request reaches the engine):
+        # its single rows are drawn with it instead of the backend's temperature.
+        self.request_sampling: dict[int, Sampling] = {}
         self.graphs = None
         if cuda_graphs:
             max_blocks = -(-model.config.max_position_embeddings // kv.block_size) if self.paged else 0
@@ -169,8 +173,10 @@ class RealExecutor:
     def _static(self, batch: Batch) -> bool:
         """Whether `batch` runs through the static decode path: a greedy decode step of single rows that fits
         the largest bucket, its logits not kept."""
+        own = self.request_sampling
         return (self.graphs is not None and not batch.is_prefill and self.temperature <= 0 and not self.keep_logits
                 and all(seq.width == 1 for seq in batch.decode) and all(seq.width == 1 for seq in batch.padding)
+                and not (own and any(seq.id in own and not own[seq.id].greedy for seq in batch.decode))
                 and self.graphs.bucket(len(batch.decode) + len(batch.padding)) is not None)
 
     def _move_kv(self, batch: Batch) -> None:
@@ -258,7 +264,11 @@ class RealExecutor:
             firsts = [first for _, first, _ in single]
             # A step of single rows only (the usual decode step) samples every row of the logits as they are.
             tokens = self._sample(logits if len(firsts) == logits.shape[0] else logits[firsts])
-            for (seq, _, _), token in zip(single, tokens):
+            own = self.request_sampling
+            for (seq, first, _), token in zip(single, tokens):
+                s = own.get(seq.id) if own else None
+                if s is not None and not s.greedy:
+                    token = sample(logits[first], s, seq.id, 0, seq.generated, self.seed)
                 seq.output_token_ids.append(token)
         for seq, first, rows in groups:
             if seq.width == 1:

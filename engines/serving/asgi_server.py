@@ -55,6 +55,7 @@ from pagedbench.engines.serving.auth import KeyCheck, api_keys
 from pagedbench.engines.serving.metrics import Metrics
 from pagedbench.engines.serving.online_loop import Inbox, serve_loop
 from pagedbench.engines.serving.openai_api import BadRequest, ParsedRequest, Reply, error_body, parse_body
+from pagedbench.engines.serving.stops import Stopper
 from pagedbench.engines.serving.token_text import TokenText
 
 log = logging.getLogger("pagedbench")
@@ -215,7 +216,12 @@ class EngineService:
         for token in token_ids:
             stream.put(Event("token", token))
 
+    def _forget(self, request_id: int) -> None:
+        if self.samples:
+            self.backend.executor.request_sampling.pop(request_id, None)
+
     def _on_done(self, seq: Sequence) -> None:
+        self._forget(seq.id)
         with self._lock:
             stream = self._streams.pop(seq.id, None)
         if stream is not None:
@@ -224,9 +230,17 @@ class EngineService:
 
     # -- what the event loop calls -----------------------------------------------------------------------
 
-    def submit(self, parsed: ParsedRequest) -> tuple[int, Stream]:
-        """Queue a request for the engine; its id and the stream its events arrive on."""
-        request = self.inbox.new_request(parsed.prompt_ids, parsed.max_tokens)
+    @property
+    def samples(self) -> bool:
+        """Whether the engine draws each request with its own sampling (the real executor does)."""
+        return hasattr(self.backend.executor, "request_sampling")
+
+    def submit(self, parsed: ParsedRequest, prompt_ids: list[int] | None = None) -> tuple[int, Stream]:
+        """Queue a request for the engine (`prompt_ids`: one prompt of a list; default the parsed one); its id and
+        the stream its events arrive on. Its own sampling goes to the executor first."""
+        request = self.inbox.new_request(parsed.prompt_ids if prompt_ids is None else prompt_ids, parsed.max_tokens)
+        if self.samples:
+            self.backend.executor.request_sampling[request.id] = parsed.sampling
         stream = Stream(asyncio.get_running_loop())
         with self._lock:
             if not self.healthy:
@@ -236,13 +250,15 @@ class EngineService:
         self.inbox.put(request)
         return request.id, stream
 
-    def abort(self, request_id: int) -> None:
-        """The client went away: the engine drops the request and frees its memory before its next step."""
+    def abort(self, request_id: int, reason: str = "abort") -> None:
+        """The client went away (or, `reason` "stop", its output met a stop): the engine drops the request and
+        frees its memory before its next step."""
         with self._lock:
             if self._streams.pop(request_id, None) is None:
                 return             # already finished
             self._aborted.append(request_id)
-        self.metrics.finished("abort")
+        self._forget(request_id)
+        self.metrics.finished(reason)
         self.inbox.wake()
 
     def models(self) -> dict:
@@ -327,8 +343,13 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
         if parsed.model is not None and parsed.model not in service.model_names:   # vLLM's answer, word for word
             return error(404, f"The model `{parsed.model}` does not exist.", "model_not_found", "NotFoundError",
                          param="model")
-        request_id, stream = service.submit(parsed)
+        if not parsed.sampling.greedy and not service.samples:
+            return error(400, "this backend samples greedily only: send temperature 0", "unsupported_parameter",
+                         param="temperature")
         reply = Reply(parsed, service.model_id)
+        if len(parsed.batch) > 1:             # a list of prompts: each its own request, answered together
+            return await batch(request, parsed, reply)
+        request_id, stream = service.submit(parsed)
         # Until its response exists, a client that goes away is only seen by watching for the disconnect.
         if parsed.stream:
             first = await unless_gone(request, request_id, ready_events(stream))
@@ -338,7 +359,7 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
                 return failure(first[0])
             return StreamingResponse(sse(parsed, reply, stream, request_id, first), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache"})
-        response = await unless_gone(request, request_id, whole(parsed, reply, stream))
+        response = await unless_gone(request, request_id, whole(parsed, reply, stream, request_id))
         return Response(status_code=CLIENT_GONE) if response is None else response
 
     async def unless_gone(request: Request, request_id: int, work):
@@ -358,21 +379,64 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
             return error(400, f"the engine rejected the request: {event.message}", "request_rejected")
         return error(503, event.message, "engine_error", "server_error")
 
-    async def whole(parsed: ParsedRequest, reply: Reply, stream: Stream) -> JSONResponse:
-        pieces, ids, texts = service.text.decoder(), [], []
+    def echo(parsed: ParsedRequest, prompt_ids: list[int]) -> str:
+        return service.text.decode(prompt_ids) if parsed.echo else ""
+
+    async def collect(parsed: ParsedRequest, stream: Stream, request_id: int):
+        """A request's tokens to their end: (ids, text, stop reason), or the event that failed it."""
+        stopper, ids = Stopper(service.text.decoder(), parsed.stop, parsed.stop_token_ids), []
         while True:
             for event in await ready_events(stream):
                 if event.kind == "finished":
-                    texts.append(pieces.flush())
-                    return JSONResponse(reply.whole(ids, "".join(texts)))
+                    stopper.flush()
+                    return ids, stopper.output, None
                 if event.kind != "token":
-                    return failure(event)
-                ids.append(event.token_id)
-                texts.append(pieces.add(event.token_id, final=len(ids) == parsed.max_tokens))
+                    return event
+                stopper.add(event.token_id, final=len(ids) + 1 == parsed.max_tokens)
+                if not (stopper.stopped and stopper.reason == event.token_id):   # a stop token is not output
+                    ids.append(event.token_id)
+                if stopper.stopped:
+                    service.abort(request_id, "stop")
+                    return ids, stopper.output, stopper.reason
+
+    async def whole(parsed: ParsedRequest, reply: Reply, stream: Stream, request_id: int) -> JSONResponse:
+        done = await collect(parsed, stream, request_id)
+        if isinstance(done, Event):
+            return failure(done)
+        ids, text, reason = done
+        return JSONResponse(reply.whole(ids, echo(parsed, parsed.prompt_ids) + text, reason))
+
+    async def batch(request: Request, parsed: ParsedRequest, reply: Reply) -> Response:
+        """Every prompt of a list as its own request, answered in one response (choice i for prompt i)."""
+        submitted = [service.submit(parsed, ids) for ids in parsed.batch]
+
+        async def all_of():
+            return await asyncio.gather(*(collect(parsed, stream, rid) for rid, stream in submitted))
+        task, gone = asyncio.ensure_future(all_of()), asyncio.ensure_future(disconnected(request))
+        try:
+            await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            gone.cancel()
+            if not task.done():
+                task.cancel()
+                for rid, _ in submitted:
+                    service.abort(rid)
+        if task.cancelled():
+            return Response(status_code=CLIENT_GONE)
+        results = task.result()
+        failed = next((r for r in results if isinstance(r, Event)), None)
+        if failed is not None:
+            for rid, _ in submitted:
+                service.abort(rid)
+            return failure(failed)
+        choices = [reply.choice(ids, echo(parsed, prompt) + text, i, reason)
+                   for i, ((ids, text, reason), prompt) in enumerate(zip(results, parsed.batch))]
+        return JSONResponse(reply.whole_of(choices, sum(map(len, parsed.batch)), sum(len(r[0]) for r in results)))
 
     async def sse(parsed: ParsedRequest, reply: Reply, stream: Stream, request_id: int,
                   first: list[Event]) -> AsyncIterator[str]:
-        pieces, count, events, done = service.text.decoder(), 0, first, False
+        stopper = Stopper(service.text.decoder(), parsed.stop, parsed.stop_token_ids)
+        count, events, done, prompt = 0, first, False, echo(parsed, parsed.prompt_ids)
         try:
             while True:
                 out = []
@@ -382,11 +446,22 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
                         if count == 1 and parsed.chat:
                             out.append(f"data: {json.dumps(reply.role_chunk())}\n\n")
                         last = count == parsed.max_tokens
-                        text = pieces.add(event.token_id, final=last)
+                        text = stopper.add(event.token_id, final=last)
+                        if count == 1:
+                            text = prompt + text
+                        if stopper.stopped:         # the output ends here: finish "stop", the engine freed
+                            count -= stopper.reason == event.token_id     # a stop token is not output
+                            service.abort(request_id, "stop")
+                            out.append(f"data: {json.dumps(reply.stop_chunk(text, stopper.reason))}\n\n")
+                            if parsed.include_usage:
+                                out.append(f"data: {json.dumps(reply.usage_chunk(count))}\n\n")
+                            out.append("data: [DONE]\n\n")
+                            done = True
+                            break
                         out.append(f"data: {json.dumps(reply.chunk(event.token_id, text, last))}\n\n")
                     elif event.kind == "finished":     # the end (after the last token's chunk)
                         if count < parsed.max_tokens:     # ended short: what is held back, with the finish
-                            out.append(f"data: {json.dumps(reply.closing_chunk(pieces.flush()))}\n\n")
+                            out.append(f"data: {json.dumps(reply.closing_chunk(stopper.flush()))}\n\n")
                         if parsed.include_usage:
                             out.append(f"data: {json.dumps(reply.usage_chunk(count))}\n\n")
                         out.append("data: [DONE]\n\n")

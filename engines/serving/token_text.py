@@ -48,6 +48,14 @@ class TokenText:
     def encode(self, text: str) -> list[int]:
         return self.encoder.encode(text)
 
+    def chat_ids(self, messages: list[dict]) -> list[int]:
+        """A chat's prompt: through the tokenizer's chat template where it has one (with the assistant's turn
+        opened, as vLLM's default), else the messages' text joined by lines."""
+        if self._hf is not None and getattr(self._hf, "chat_template", None):
+            ids = self._hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)   # a BatchEncoding in transformers 5
+        return self.encode("\n".join(m.get("content") or "" for m in messages))
+
     def token_bytes(self, token_id: int) -> bytes:
         """The token's UTF-8 bytes; b"" for an id outside the vocabulary or in one of its gaps."""
         if not 0 <= token_id < self._vocab:

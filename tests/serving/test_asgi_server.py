@@ -263,7 +263,7 @@ def test_each_engine_streams_one_chunk_per_token_equal_to_its_offline_run(loaded
     text = TokenText("cl100k_base")
     with running(loaded, engine, keep_record=True) as server:
         evs = stream(server.port, {"prompt": PROMPT, "max_tokens": 12, "stream_options": {"include_usage": True},
-                                   "return_token_ids": True, "ignore_eos": True, "temperature": 0.7,
+                                   "return_token_ids": True, "ignore_eos": True, "temperature": 0,
                                    "model": f"pagedbench-{ENGINES[engine].label}-tiny", "unknown_field": 1})
     chunks = token_chunks(evs)
     assert [c["choices"][0]["token_ids"] for c in chunks] == [[t] for t in expected]
@@ -281,11 +281,12 @@ def test_each_engine_streams_one_chunk_per_token_equal_to_its_offline_run(loaded
 
 def test_a_text_prompt_streamed_and_whole_gives_the_same_tokens(paged):
     prompt = "The quick brown fox jumps over the lazy dog"
-    evs = stream(paged.port, {"prompt": prompt, "max_tokens": 7, "return_token_ids": True})
+    evs = stream(paged.port, {"prompt": prompt, "max_tokens": 7, "return_token_ids": True, "temperature": 0})
     chunks = token_chunks(evs)
     assert len(chunks) == 7 and evs[-1] == "[DONE]" and "usage" not in evs[-2]   # usage only when asked
     status, _, body = call(paged.port, "POST", "/v1/completions",
-                           {"prompt": [prompt], "max_tokens": 7, "stream": False, "return_token_ids": True})
+                           {"prompt": [prompt], "max_tokens": 7, "stream": False, "return_token_ids": True,
+                            "temperature": 0})
     whole = json.loads(body)
     assert status == 200 and whole["object"] == "text_completion"
     (choice,) = whole["choices"]
@@ -299,8 +300,8 @@ def test_a_text_prompt_streamed_and_whole_gives_the_same_tokens(paged):
 def test_chat_streams_deltas_and_answers_whole(paged):
     messages = [{"role": "system", "content": "Be brief."},
                 {"role": "user", "content": [{"type": "text", "text": "Hello"}]}]
-    evs = stream(paged.port, {"messages": messages, "max_tokens": 5, "stream_options": {"include_usage": True}},
-                 "/v1/chat/completions")
+    evs = stream(paged.port, {"messages": messages, "max_tokens": 5, "stream_options": {"include_usage": True},
+                              "temperature": 0}, "/v1/chat/completions")
     role, *chunks = token_chunks(evs)         # as vLLM: the role alone first, then one chunk per token
     assert role["choices"][0]["delta"] == {"role": "assistant", "content": ""}
     assert not parse_chunk(json.dumps(role)).carries_output      # so a client times no token by it
@@ -311,7 +312,7 @@ def test_chat_streams_deltas_and_answers_whole(paged):
     prompt_tokens = len(TokenText("cl100k_base").encode("Be brief.\nHello"))
     assert evs[-2]["usage"]["prompt_tokens"] == prompt_tokens and evs[-2]["usage"]["completion_tokens"] == 5
     status, _, body = call(paged.port, "POST", "/v1/chat/completions",
-                           {"messages": messages, "max_completion_tokens": 5})
+                           {"messages": messages, "max_completion_tokens": 5, "temperature": 0})
     whole = json.loads(body)
     assert status == 200 and whole["object"] == "chat.completion"
     assert whole["choices"][0]["message"] == {"role": "assistant",
@@ -360,29 +361,42 @@ def streams_at_once(port: int, clients: int, prompt_len: int, max_tokens: int, t
     return results
 
 
-BAD = {
-    "prompt fills the context": ({"prompt": [7] * 128}, None, "context_length_exceeded"),
-    "logprobs": ({"prompt": PROMPT, "max_tokens": 5, "logprobs": 1}, None, "unsupported_logprobs"),
+BAD = {   # body, chat, code, param (vLLM's error names the field at fault)
+    "prompt fills the context": ({"prompt": [7] * 128}, None, "context_length_exceeded", "prompt"),
+    "logprobs": ({"prompt": PROMPT, "max_tokens": 5, "logprobs": 1}, None, "unsupported_logprobs", "logprobs"),
     "chat logprobs": ({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "logprobs": True,
-                       "top_logprobs": 2}, "chat", "unsupported_logprobs"),
-    "max_tokens 0": ({"prompt": PROMPT, "max_tokens": 0}, None, "invalid_request"),
-    "max_tokens a string": ({"prompt": PROMPT, "max_tokens": "5"}, None, "invalid_request"),
-    "empty text prompt": ({"prompt": "", "max_tokens": 5}, None, "empty_prompt"),
-    "empty id prompt": ({"prompt": [], "max_tokens": 5}, None, "empty_prompt"),
-    "negative token id": ({"prompt": [1, -2], "max_tokens": 5}, None, "invalid_request"),
-    "two prompts": ({"prompt": ["a", "b"], "max_tokens": 5}, None, "invalid_request"),
-    "n > 1": ({"prompt": PROMPT, "max_tokens": 5, "n": 2}, None, "unsupported_n"),
-    "longer than max_seq_len": ({"prompt": [7] * 100, "max_tokens": 29}, None, "context_length_exceeded"),
-    "stream not a bool": ({"prompt": PROMPT, "max_tokens": 5, "stream": "yes"}, None, "invalid_request"),
-    "no messages": ({"messages": [], "max_tokens": 5}, "chat", "invalid_request"),
-    "malformed JSON": (b'{"prompt": [1, 2', None, "invalid_json"),
-    "not an object": (b"[1, 2]", None, "invalid_request"),
+                       "top_logprobs": 2}, "chat", "unsupported_logprobs", "logprobs"),
+    "max_tokens 0": ({"prompt": PROMPT, "max_tokens": 0}, None, "invalid_request", "max_tokens"),
+    "max_tokens a string": ({"prompt": PROMPT, "max_tokens": "5"}, None, "invalid_request", "max_tokens"),
+    "empty text prompt": ({"prompt": "", "max_tokens": 5}, None, "empty_prompt", "prompt"),
+    "empty id prompt": ({"prompt": [], "max_tokens": 5}, None, "empty_prompt", "prompt"),
+    "negative token id": ({"prompt": [1, -2], "max_tokens": 5}, None, "invalid_request", "prompt"),
+    "two prompts streamed": ({"prompt": ["a", "b"], "max_tokens": 5, "stream": True}, None, "unsupported_parameter",
+                             "prompt"),
+    "n > 1": ({"prompt": PROMPT, "max_tokens": 5, "n": 2}, None, "unsupported_n", "n"),
+    "best_of > 1": ({"prompt": PROMPT, "max_tokens": 5, "best_of": 3}, None, "unsupported_n", "best_of"),
+    "longer than max_seq_len": ({"prompt": [7] * 100, "max_tokens": 29}, None, "context_length_exceeded",
+                                "max_tokens"),
+    "stream not a bool": ({"prompt": PROMPT, "max_tokens": 5, "stream": "yes"}, None, "invalid_request", "stream"),
+    "no messages": ({"messages": [], "max_tokens": 5}, "chat", "invalid_request", "messages"),
+    "temperature below 0": ({"prompt": PROMPT, "temperature": -1}, None, "invalid_request", "temperature"),
+    "top_p 0": ({"prompt": PROMPT, "top_p": 0}, None, "invalid_request", "top_p"),
+    "an empty stop": ({"prompt": PROMPT, "stop": ["", "x"]}, None, "invalid_request", "stop"),
+    "a json schema": ({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}},
+                      "chat", "unsupported_parameter", "response_format"),
+    "tools": ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]}, "chat",
+              "unsupported_parameter", "tools"),
+    "a penalty": ({"prompt": PROMPT, "presence_penalty": 0.5}, None, "unsupported_parameter", "presence_penalty"),
+    "echo on chat": ({"messages": [{"role": "user", "content": "hi"}], "echo": True}, "chat", "invalid_request",
+                     "echo"),
+    "malformed JSON": (b'{"prompt": [1, 2', None, "invalid_json", None),
+    "not an object": (b"[1, 2]", None, "invalid_request", None),
 }
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_a_bad_request_gets_400_with_a_message(paged, case):
-    body, chat, code = BAD[case]
+    body, chat, code, param = BAD[case]
     path = "/v1/chat/completions" if chat else "/v1/completions"
     status, headers, payload = call(paged.port, "POST", path, **({"raw": body} if isinstance(body, bytes)
                                                                  else {"body": body}))
@@ -390,7 +404,7 @@ def test_a_bad_request_gets_400_with_a_message(paged, case):
     assert status == 400 and headers["content-type"] == "application/json"
     assert headers["server"] == paged.service.server_header
     assert error["message"] and error["type"] == "invalid_request_error" and error["code"] == code
-    assert error["param"] is None and "None" not in error["message"]
+    assert error["param"] == param and "None" not in error["message"]
 
 
 def test_a_request_of_exactly_max_seq_len_is_served(paged):

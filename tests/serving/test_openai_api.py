@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from pagedbench.engines.real.sampling import Sampling
 from pagedbench.engines.serving.openai_api import BadRequest, ParsedRequest, Reply, error_body, parse_body
 from pagedbench.engines.serving.token_text import TokenText
 
@@ -31,10 +32,12 @@ def refused(text, body, chat: bool = False, max_seq_len: int | None = 16) -> Bad
 
 
 def test_a_request_parsed_with_its_defaults(text):
-    assert parse(text, {"prompt": PROMPT, "max_tokens": 2}) == ParsedRequest(False, PROMPT, 2, False, False, False)
+    vllm_default = Sampling(1.0, 1.0, 0, None)   # vLLM samples at temperature 1 unless told otherwise
+    assert parse(text, {"prompt": PROMPT, "max_tokens": 2}) == ParsedRequest(
+        False, PROMPT, 2, False, False, False, None, vllm_default, (), (), False, [PROMPT])
     assert parse(text, {"prompt": PROMPT, "max_tokens": 2, "stream": True, "return_token_ids": True,
-                        "stream_options": {"include_usage": True}}) == ParsedRequest(False, PROMPT, 2, True, True,
-                                                                                       True)
+                        "stream_options": {"include_usage": True}}) == ParsedRequest(
+        False, PROMPT, 2, True, True, True, None, vllm_default, (), (), False, [PROMPT])
     assert parse(text, {"prompt": PROMPT, "max_tokens": 2, "stream": None, "stream_options": None}).stream is False
 
 
@@ -52,11 +55,32 @@ def test_max_tokens_bounds_and_the_chat_s_own_name(text):
     assert refused(text, {**chat, "max_completion_tokens": 0}, chat=True).code == "invalid_request"
 
 
-def test_without_max_tokens_a_request_gets_the_rest_of_the_context(text):
-    assert parse(text, {"prompt": PROMPT}).max_tokens == 13
+def test_without_max_tokens_chat_gets_the_rest_of_the_context_and_completions_16(text):
+    chat = {"messages": [{"role": "user", "content": "hi"}]}
+    assert parse(text, chat, chat=True).max_tokens == 15
+    assert refused(text, chat, chat=True, max_seq_len=None).code == "missing_max_tokens"
+    assert parse(text, {"prompt": PROMPT}, max_seq_len=64).max_tokens == 16       # vLLM's completions default
+    assert parse(text, {"prompt": PROMPT}).max_tokens == 13                        # at most the rest of the context
+    assert parse(text, {"prompt": PROMPT}, max_seq_len=None).max_tokens == 16
     assert parse(text, {"prompt": [1] * 15}).max_tokens == 1
     assert refused(text, {"prompt": [1] * 16}).code == "context_length_exceeded"
-    assert refused(text, {"prompt": PROMPT}, max_seq_len=None).code == "missing_max_tokens"
+
+
+def test_sampling_stops_and_echo_are_read_as_vllm_types_them(text):
+    got = parse(text, {"prompt": PROMPT, "max_tokens": 2, "temperature": 0.5, "top_p": 0.9, "top_k": 5, "seed": 7,
+                       "stop": "\n", "stop_token_ids": [3, 4], "echo": True})
+    assert got.sampling == Sampling(0.5, 0.9, 5, 7) and got.stop == ("\n",) and got.stop_token_ids == (3, 4)
+    assert got.echo and parse(text, {"prompt": PROMPT, "max_tokens": 2, "stop": ["a", "b"]}).stop == ("a", "b")
+    assert parse(text, {"prompt": PROMPT, "max_tokens": 2, "temperature": 0}).sampling.greedy
+    for field, bad in (("temperature", -0.1), ("top_p", 1.5), ("top_k", -2), ("seed", "x"), ("stop", 3),
+                       ("stop_token_ids", ["a"]), ("echo", "yes")):
+        error = refused(text, {"prompt": PROMPT, "max_tokens": 2, field: bad})
+        assert error.param == field and error.code == "invalid_request", field
+    for field, value in (("response_format", {"type": "json_schema"}), ("tools", [{}]), ("logit_bias", {"1": 2}),
+                         ("frequency_penalty", 1.0), ("suffix", "x"), ("tool_choice", "auto")):
+        assert refused(text, {"prompt": PROMPT, "max_tokens": 2, field: value}).param == field, field
+    assert parse(text, {"prompt": PROMPT, "max_tokens": 2, "response_format": {"type": "text"},
+                        "presence_penalty": 0, "tool_choice": "none"}).max_tokens == 2
 
 
 def test_log_probabilities_and_n_are_refused_and_their_defaults_accepted(text):
@@ -83,8 +107,11 @@ def test_prompts_as_text_ids_or_a_batch_of_one(text):
     assert parse(text, {"prompt": ["hello"], "max_tokens": 1}).prompt_ids == hello
     assert parse(text, {"prompt": [0], "max_tokens": 1}).prompt_ids == [0]
     assert parse(text, {"prompt": [[4, 5]], "max_tokens": 1}).prompt_ids == [4, 5]
-    for bad in ([True], [1, "a"], ["a", "b"], {"text": "a"}, None, 3, [1.0]):
-        assert refused(text, {"prompt": bad, "max_tokens": 1}).code == "invalid_request"
+    for bad in ([True], [1, "a"], {"text": "a"}, None, 3, [1.0], [[1], "a", 2]):
+        error = refused(text, {"prompt": bad, "max_tokens": 1})
+        assert error.code == "invalid_request" and error.param == "prompt", bad
+    batch = parse(text, {"prompt": ["hello", [4, 5]], "max_tokens": 1})
+    assert batch.batch == [hello, [4, 5]] and batch.prompt_ids == hello
     assert refused(text, {"prompt": "", "max_tokens": 1}).code == "empty_prompt"
     assert refused(text, {"prompt": [], "max_tokens": 1}).code == "empty_prompt"
 

@@ -95,3 +95,15 @@ def test_random_strings_round_trip(which, request):
         ids = text.encode(s)
         assert streamed(text, ids) == s == text.decode(ids)
     check()
+
+
+def test_chat_goes_through_the_tokenizer_s_template_where_it_has_one(tmp_path, cl100k):
+    from pagedbench.engines.real.local_model import train_tokenizer
+
+    hf = train_tokenizer(["user: hi assistant:"] * 30, 280)
+    hf.chat_template = "{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+    hf.save_pretrained(tmp_path)
+    text = TokenText(f"hf:{tmp_path}")
+    messages = [{"role": "user", "content": "hi"}]
+    assert text.decode(text.chat_ids(messages)) == "<user>hi<assistant>"
+    assert cl100k.chat_ids(messages + [{"role": "user", "content": "x"}]) == cl100k.encode("hi\nx")   # no template
