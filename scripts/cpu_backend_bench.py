@@ -2,13 +2,16 @@
 
     python scripts/cpu_backend_bench.py gemm        # F.linear against oneDNN with the weight packed once
     python scripts/cpu_backend_bench.py attention   # paged decode: the per-sequence loop against batched forms
+    python scripts/cpu_backend_bench.py attention --compiled   # and one padded form compiled by torch.compile
 
 `gemm`: the tiny model's linears (the LM head 50,272 x 256, q/k/v/out 256 x 256, fc1 1,024 x 256, fc2 256 x
 1,024) at 1 to 64 rows: `F.linear`, and `PackedLinear` (engines/real/cpu_gemm.py), which the backend runs.
 `attention`: one layer's paged decode over block tables of random blocks (block 16, 4 heads of 64), context
 lengths drawn from 20 to 700: the reference loop (kernels/reference.py, what the backend runs), one gather of
-every row's blocks then the loop, and a padded batch with one masked matmul. Each form is checked equal to the
-reference first. Printed: min and median milliseconds of `--repeat` calls after three warm-up calls.
+every row's blocks then the loop, a padded batch with one masked matmul, the loop with torch's fused SDPA per
+row, every row's blocks scored at once (one batched matmul over blocks, a segment softmax by scatter), and with
+--compiled a padded gather-and-attend compiled by torch.compile (inductor's C++ on a CPU; compiled once, before
+the timing, ~20 s). Each form is checked equal to the reference first. Printed: min and median milliseconds of `--repeat` calls after three warm-up calls.
 """
 from __future__ import annotations
 
@@ -90,12 +93,65 @@ def padded(query, k_cache, v_cache, block_tables, context_lens, scale):
     return torch.matmul(probs, v.transpose(1, 2)).reshape(rows, heads, head_dim)
 
 
-def attention(repeat: int) -> None:
+def sdpa_rows(query, k_cache, v_cache, block_tables, context_lens, scale):
+    """The loop with torch's fused attention (SDPA) on each row's gathered blocks."""
+    bs, heads = k_cache.shape[1], query.shape[1]
+    out = torch.empty_like(query)
+    tables = block_tables.long()
+    for s, length in enumerate(context_lens.tolist()):
+        blocks = tables[s, :-(-length // bs)]
+        k = torch.index_select(k_cache, 0, blocks).flatten(0, 1)[:length].transpose(0, 1)   # [H, L, D]
+        v = torch.index_select(v_cache, 0, blocks).flatten(0, 1)[:length].transpose(0, 1)
+        out[s] = torch.nn.functional.scaled_dot_product_attention(query[s].view(heads, 1, -1), k, v,
+                                                                  scale=scale).view(heads, -1)
+    return out
+
+
+def by_blocks(query, k_cache, v_cache, block_tables, context_lens, scale):
+    """Every row's blocks scored in one batched matmul, a softmax across each row's blocks by scatter, no loop."""
+    rows, heads, head_dim = query.shape
+    bs, kv_heads = k_cache.shape[1], k_cache.shape[2]
+    group = heads // kv_heads
+    lengths = context_lens.long()
+    counts = (lengths + bs - 1) // bs
+    seg = torch.repeat_interleave(torch.arange(rows), counts)                    # the row of each block read
+    first = torch.cumsum(counts, 0) - counts
+    within = torch.arange(len(seg)) - first[seg]                                  # its index within the row
+    blocks = block_tables.long()[seg, within]
+    valid = within[:, None] * bs + torch.arange(bs)[None, :] < lengths[seg][:, None]   # [blocks, bs]
+    kb, vb = k_cache.index_select(0, blocks), v_cache.index_select(0, blocks)     # [blocks, bs, Hkv, D]
+    q = query.index_select(0, seg).view(-1, kv_heads, group, head_dim)
+    scores = torch.matmul(q, kb.permute(0, 2, 3, 1)).mul_(scale)                  # [blocks, Hkv, G, bs]
+    scores.masked_fill_(~valid[:, None, None, :], float("-inf"))
+    peak = torch.full((rows, kv_heads, group), float("-inf")).scatter_reduce_(
+        0, seg[:, None, None].expand(-1, kv_heads, group), scores.amax(-1), "amax")
+    weights = torch.exp(scores - peak.index_select(0, seg)[..., None])
+    total = torch.zeros(rows, kv_heads, group).index_add_(0, seg, weights.sum(-1))
+    out = torch.zeros(rows, kv_heads, group, head_dim).index_add_(0, seg, torch.matmul(weights, vb.permute(0, 2, 1, 3)))
+    return (out / total[..., None]).view(rows, heads, head_dim)
+
+
+def padded_flat(query, k_cache, v_cache, block_tables, context_lens, scale, longest: int):
+    """A padded gather and one masked attention, written for torch.compile (every row to `longest` positions)."""
+    bs = k_cache.shape[1]
+    pos = torch.arange(longest)
+    blocks = block_tables.long()[:, pos // bs]                                    # [rows, L]
+    k, v = k_cache[blocks, pos % bs], v_cache[blocks, pos % bs]                   # [rows, L, Hkv, D]
+    scores = torch.einsum("bhd,blhd->bhl", query, k) * scale
+    scores = scores.masked_fill(pos[None, None, :] >= context_lens[:, None, None], float("-inf"))
+    return torch.einsum("bhl,blhd->bhd", torch.softmax(scores, -1), v)
+
+
+def attention(repeat: int, compiled: bool = False) -> None:
     rng = random.Random(0)
     bs, heads, head_dim, num_blocks = 16, 4, 64, 512
     k_cache = torch.randn(num_blocks, bs, heads, head_dim)
     v_cache = torch.randn_like(k_cache)
-    forms = {"loop (ours)": reference.paged_decode_attention, "one gather + loop": one_gather, "padded batch": padded}
+    forms = {"loop (ours)": reference.paged_decode_attention, "one gather + loop": one_gather, "padded batch": padded,
+             "SDPA per row": sdpa_rows, "scored by blocks": by_blocks}
+    if compiled:
+        fused = torch.compile(padded_flat, dynamic=True)
+        forms["compiled, padded"] = lambda q, k, v, t, lens, scale: fused(q, k, v, t, lens, scale, int(lens.max()))
     print(f"{'form':<18} {'rows':>4} {'ms':>8} {'(median)':>9} {'/ loop':>7}")
     for rows in ROWS:
         lengths = [rng.randint(20, 700) for _ in range(rows)]
@@ -119,11 +175,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("what", choices=["gemm", "attention"])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
+    parser.add_argument("--compiled", action="store_true", help="attention: also a padded form by torch.compile")
     args = parser.parse_args(argv)
     if args.repeat < 1 or args.threads < 1:
         parser.error("--repeat and --threads must be >= 1")
     torch.set_num_threads(args.threads)
-    gemm(args.repeat) if args.what == "gemm" else attention(args.repeat)
+    gemm(args.repeat) if args.what == "gemm" else attention(args.repeat, args.compiled)
 
 
 if __name__ == "__main__":
