@@ -1,6 +1,7 @@
 """Choose the kernel implementation: torch references or Triton kernels, one namespace.
 
-    ops = load_ops("auto")      # Triton on a CUDA machine, the torch references otherwise
+    ops = load_ops("auto")      # Triton on a CUDA machine, the native CPU kernels on a CPU (the references
+                                # where no C compiler is found)
     ops.write_kv(key, value, k_cache, v_cache, slot_mapping)
 
 The Triton modules are imported only when asked for, so `import kernels` (and the
@@ -8,14 +9,15 @@ CPU backend) never imports triton. The Triton set's two prefills are one kernel
 (kernels/triton_prefix_prefill.py): `prefix_prefill_attention` (new tokens over a
 cached prefix, read through the block table, then causally over themselves) and
 `prefill_attention` (the same without a prefix: every engine's plain prefill, all
-sequences in one launch, in the cache's dtype).
+sequences in one launch, in the cache's dtype). The "cpu" set (kernels/cpu_native.py)
+is decode attention and the KV write in C, read in place, with the references' prefills.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable
 
-IMPLS = ("torch", "triton", "auto")
+IMPLS = ("torch", "cpu", "triton", "auto")
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,14 +31,35 @@ class KernelOps:
     copy_blocks: Callable
 
 
-def load_ops(impl: str = "auto") -> KernelOps:
-    """impl: "torch" (references), "triton" (kernels; CUDA, or TRITON_INTERPRET=1 on CPU), "auto"."""
+def resolve(impl: str = "auto", device: str = "auto") -> str:
+    """The set "auto" means on `device` ("auto": cuda when there is one): triton on cuda, cpu on a CPU where
+    the C kernels build, torch otherwise; any other name is itself."""
     if impl not in IMPLS:
         raise ValueError(f"unknown kernel impl {impl!r}; valid: {', '.join(IMPLS)}")
-    if impl == "auto":
+    if impl != "auto":
+        return impl
+    if device == "auto":
         import torch
-        impl = "triton" if torch.cuda.is_available() else "torch"
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda"):
+        return "triton"
+    from pagedbench.kernels import cpu_native
+    return "cpu" if cpu_native.available()[0] else "torch"
+
+
+def load_ops(impl: str = "auto", device: str = "auto") -> KernelOps:
+    """impl: "torch" (references), "cpu" (native C decode attention and KV write, the references' prefills),
+    "triton" (kernels; CUDA, or TRITON_INTERPRET=1 on CPU), "auto" (`resolve`)."""
+    impl = resolve(impl, device)
     from pagedbench.kernels import reference
+    if impl == "cpu":
+        from pagedbench.kernels import cpu_native
+        ok, why = cpu_native.available()
+        if not ok:
+            raise cpu_native.NativeUnavailable(why)
+        return KernelOps("cpu", cpu_native.write_kv, cpu_native.paged_decode_attention,
+                         cpu_native.contiguous_decode_attention, cpu_native.prefill_attention,
+                         cpu_native.prefix_prefill_attention, cpu_native.copy_blocks)
     if impl == "torch":
         return KernelOps("torch", reference.write_kv, reference.paged_decode_attention,
                          reference.contiguous_decode_attention, reference.prefill_attention,

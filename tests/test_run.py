@@ -76,7 +76,7 @@ def test_real_backend_smoke_run_on_cpu(engine, tmp_path):
                           "workload.num_requests=12", "workload.prompt_dist.low=8", "workload.prompt_dist.high=64",
                           "workload.output_dist.mean=16", "backend.kv_budget_mib=40", "progress=false"], tmp_path)
     assert summary["num_finished"] == 12
-    assert summary["backend"] == "real" and summary["device"] == "cpu" and summary["kernels"] == "torch"
+    assert summary["backend"] == "real" and summary["device"] == "cpu" and summary["kernels"] in ("cpu", "torch")
     assert 0 < summary["forward_fraction_of_iterations"] <= 1
     # What wall-clock figures depend on: torch's threads and how loaded the machine was.
     assert summary["torch_threads"] >= 1 and summary["cpu_count"] >= 1

@@ -29,7 +29,7 @@ class RealBackendConfig:
     name: str = "real"
     device: str = "auto"              # auto | cpu | cuda | cuda:N
     dtype: str = "auto"               # auto (fp32 on cpu, fp16 on cuda) | float32 | float16 | bfloat16
-    kernels: str = "auto"             # auto (triton on cuda, torch on cpu) | torch | triton
+    kernels: str = "auto"             # auto (triton on cuda; cpu, the native C kernels, on a cpu) | torch | cpu | triton
     kv_budget_mib: float | None = None    # the KV budget; None: a fraction of free memory (cuda) / the cpu default
     kv_budget_fraction: float = 0.9   # cuda: of the memory free after loading the model
     cpu_kv_budget_mib: float = 64.0   # cpu default: small enough that memory binds on the default trace
@@ -139,7 +139,7 @@ class LoadedModel:
     model: torch.nn.Module
     device: torch.device
     dtype: torch.dtype
-    ops: object               # pagedbench.kernels.ops: torch references or Triton kernels
+    ops: object               # pagedbench.kernels.ops: torch references, native CPU or Triton kernels
     num_layers: int
     kv_heads: int
     head_dim: int
@@ -153,8 +153,7 @@ class LoadedModel:
 def load_real_model(backend: RealBackendConfig, spec: ModelSpec) -> LoadedModel:
     device = resolve_device(backend.device)
     dtype = resolve_dtype(backend.dtype, device)
-    ops = load_ops("triton" if backend.kernels == "auto" and device.type == "cuda" else
-                   "torch" if backend.kernels == "auto" else backend.kernels)
+    ops = load_ops(backend.kernels, device.type)
     if spec.path is None:
         check_fits(spec, dtype, device)
     model = build_model(spec, device, dtype, seed=backend.seed, path=spec.path)
