@@ -132,10 +132,12 @@ def test_an_installed_pagedbench_runs_serves_and_benchmarks_outside_the_checkout
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     where = subprocess.run([str(venv / "bin" / "python"), "-c", "import pagedbench.engines as engines, "
-                            "pagedbench.run, pagedbench.paths as paths; "
-                            "print(engines.__file__, paths.CONF.is_dir(), paths.CHECKOUT)"],
-                           cwd=work, env=env, capture_output=True, text=True, check=True).stdout.split()
-    assert where[0].startswith(str(venv)) and where[1:] == ["True", "False"]    # the wheel's, with conf/
+                            "pagedbench.run, pagedbench.paths as paths, pagedbench.kernels.ops as ops; "
+                            "print(engines.__file__, paths.CONF.is_dir(), paths.CHECKOUT, ops.resolve('auto', 'cpu'))"],
+                           cwd=work, env={**env, "PAGEDBENCH_KERNEL_CACHE": str(tmp_path / "kernels")},
+                           capture_output=True, text=True, check=True).stdout.split()
+    # the wheel's, with conf/ and the native CPU kernels' C source (built here into a fresh cache)
+    assert where[0].startswith(str(venv)) and where[1:] == ["True", "False", "cpu"]
     pagedbench = str(venv / "bin" / "pagedbench")
     done = subprocess.run([pagedbench, "run", "backend=sim", "model=opt-13b", "workload.num_requests=10",
                            "progress=false"], cwd=work, env=env, capture_output=True, text=True, timeout=300)
