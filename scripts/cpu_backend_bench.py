@@ -7,7 +7,8 @@
 `gemm`: the tiny model's linears (the LM head 50,272 x 256, q/k/v/out 256 x 256, fc1 1,024 x 256, fc2 256 x
 1,024) at 1 to 64 rows: `F.linear`, and `PackedLinear` (engines/real/cpu_gemm.py), which the backend runs.
 `attention`: one layer's paged decode over block tables of random blocks (block 16, 4 heads of 64), context
-lengths drawn from 20 to 700: the reference loop (kernels/reference.py, what the backend runs), one gather of
+lengths drawn from 20 to 700: the reference loop (kernels/reference.py), the native kernel that reads each
+row's blocks in place (kernels/cpu_native.py, what the backend runs where it builds), one gather of
 every row's blocks then the loop, a padded batch with one masked matmul, the loop with torch's fused SDPA per
 row, every row's blocks scored at once (one batched matmul over blocks, a segment softmax by scatter), and with
 --compiled a padded gather-and-attend compiled by torch.compile (inductor's C++ on a CPU; compiled once, before
@@ -23,7 +24,7 @@ import time
 import torch
 
 from pagedbench.engines.real.cpu_gemm import PackedLinear, onednn_available
-from pagedbench.kernels import reference
+from pagedbench.kernels import cpu_native, reference
 
 SHAPES = {"lm_head": (50272, 256), "q/k/v/out": (256, 256), "fc1": (1024, 256), "fc2": (256, 1024)}
 ROWS = (1, 8, 23, 64)
@@ -147,8 +148,11 @@ def attention(repeat: int, compiled: bool = False) -> None:
     bs, heads, head_dim, num_blocks = 16, 4, 64, 512
     k_cache = torch.randn(num_blocks, bs, heads, head_dim)
     v_cache = torch.randn_like(k_cache)
-    forms = {"loop (ours)": reference.paged_decode_attention, "one gather + loop": one_gather, "padded batch": padded,
-             "SDPA per row": sdpa_rows, "scored by blocks": by_blocks}
+    forms = {"loop (reference)": reference.paged_decode_attention}
+    if cpu_native.available()[0]:
+        forms["native, in place"] = cpu_native.paged_decode_attention
+    forms.update({"one gather + loop": one_gather, "padded batch": padded, "SDPA per row": sdpa_rows,
+                  "scored by blocks": by_blocks})
     if compiled:
         fused = torch.compile(padded_flat, dynamic=True)
         forms["compiled, padded"] = lambda q, k, v, t, lens, scale: fused(q, k, v, t, lens, scale, int(lens.max()))
