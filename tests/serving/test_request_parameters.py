@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pagedbench.engines.real.model import build_model
-from tests.serving.test_asgi_server import BACKEND, PROMPT, SPEC, loaded, paged  # noqa: F401 (fixtures)
+from tests.serving.test_asgi_server import BACKEND, PROMPT, SPEC, loaded, paged, running  # noqa: F401 (fixtures)
 
 MODEL = "pagedbench-paged-tiny"
 
@@ -268,3 +268,42 @@ def test_chat_logprobs_give_each_token_its_top_logprobs_from_the_model(client, r
     without = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi"}],
                                              max_tokens=2, temperature=0, logprobs=True)
     assert all(e.top_logprobs == [] and math.isfinite(e.logprob) for e in without.choices[0].logprobs.content)
+
+
+def test_a_stop_ends_only_the_choice_that_meets_it(client):
+    def run(**kw):
+        return client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, n=3, temperature=1.0, seed=11,
+                                         extra_body={"return_token_ids": True, **kw})
+    free = [c.token_ids for c in run().choices]
+    stop = free[0][4]
+    cut = run(stop_token_ids=[stop])
+    for c, ids in zip(cut.choices, free):
+        if stop in ids:
+            assert c.finish_reason == "stop" and c.token_ids == ids[:ids.index(stop)]
+        else:
+            assert c.finish_reason == "length" and c.token_ids == ids
+    assert sum(stop not in ids for ids in free) >= 1, "every choice met the stop: the test shows nothing"
+    assert cut.usage.completion_tokens == sum(len(c.token_ids) for c in cut.choices)
+    streamed = {i: [] for i in range(3)}
+    finishes = {}
+    for chunk in client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10, n=3, temperature=1.0, seed=11,
+                                           stream=True, extra_body={"return_token_ids": True,
+                                                                    "stop_token_ids": [stop]}):
+        for c in chunk.choices:
+            streamed[c.index] += c.model_extra.get("token_ids") or []
+            finishes[c.index] = c.finish_reason or finishes.get(c.index)
+    assert streamed == {c.index: c.token_ids for c in cut.choices}
+    assert finishes == {c.index: c.finish_reason for c in cut.choices}
+
+
+@pytest.mark.parametrize("engine", ["static", "orca"])
+def test_the_contiguous_engines_answer_n_as_the_paged_one_does(loaded, client, engine):  # noqa: F811
+    def choices(port: int, model: str) -> list[list[int]]:
+        other = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0)
+        reply = other.completions.create(model=model, prompt=PROMPT, max_tokens=6, n=3, temperature=1.0, seed=8,
+                                         extra_body={"return_token_ids": True})
+        return [c.token_ids for c in reply.choices]
+    expected = choices(client.base_url.port, MODEL)
+    assert len({tuple(ids) for ids in expected}) == 3
+    with running(loaded, engine) as server:
+        assert choices(server.port, server.service.model_id) == expected
