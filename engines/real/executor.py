@@ -12,6 +12,7 @@ from pagedbench.engines.protocols import KVManager
 from pagedbench.engines.real.context import IterationContext, set_context
 from pagedbench.engines.real.graphs import DecodeGraphs
 from pagedbench.engines.real.kv_cache import KVCache
+from pagedbench.engines.real.logprobs import TokenLogprobs, token_logprobs
 from pagedbench.engines.real.sampling import Sampling, sample
 from pagedbench.engines.real.swap import swap_blocks
 from pagedbench.engines.real.vocab import check_choice, fit_prompt
@@ -31,9 +32,13 @@ class RealExecutor:
     counts the requests it folded (`requests_wrapped`).
     Sampling is greedy by default; `temperature > 0` samples with a seeded
     generator. Output lengths come from the trace: EOS is ignored. A request
-    of several rows samples each parallel sample with its own seeded noise,
-    or keeps the `width` best beams by summed log-probability (setting
-    `Sequence.parents`, which the KV manager applies after the iteration).
+    of several rows samples each parallel sample with its own seeded noise
+    (with the request's own sampling when the server set one: a row per
+    choice of a request for n), or keeps the `width` best beams by summed
+    log-probability (setting `Sequence.parents`, which the KV manager
+    applies after the iteration). A request whose own sampling asks for
+    log-probabilities gets them in `token_logprobs` after each step; no
+    other request pays for them.
     KV data the manager moved (copies, swaps) moves before the forward pass,
     inside the iteration's time. With `cuda_graphs`, greedy decode steps of
     single rows run through static buffers and row buckets up to `max_rows`
@@ -63,8 +68,11 @@ class RealExecutor:
         self.forward_s = 0.0          # time inside the model forward and sampling, summed
         self._t0 = time.perf_counter()
         # A request's own sampling (the server sets it by request id, before the request reaches the engine):
-        # its single rows are drawn with it instead of the backend's temperature.
+        # its rows are drawn with it instead of the backend's temperature.
         self.request_sampling: dict[int, Sampling] = {}
+        # The log-probabilities of each step's tokens for the requests whose sampling asks (`Sampling.logprobs`), by
+        # request id, one per row; the server takes them after each step (engines/real/logprobs.py).
+        self.token_logprobs: dict[int, list[TokenLogprobs]] = {}
         self.graphs = None
         if cuda_graphs:
             max_blocks = -(-model.config.max_position_embeddings // kv.block_size) if self.paged else 0
@@ -176,7 +184,7 @@ class RealExecutor:
         own = self.request_sampling
         return (self.graphs is not None and not batch.is_prefill and self.temperature <= 0 and not self.keep_logits
                 and all(seq.width == 1 for seq in batch.decode) and all(seq.width == 1 for seq in batch.padding)
-                and not (own and any(seq.id in own and not own[seq.id].greedy for seq in batch.decode))
+                and not (own and any(seq.id in own and not own[seq.id].argmax_only for seq in batch.decode))
                 and self.graphs.bucket(len(batch.decode) + len(batch.padding)) is not None)
 
     def _move_kv(self, batch: Batch) -> None:
@@ -251,7 +259,8 @@ class RealExecutor:
         seq.parents = parents
 
     def _emit(self, batch: Batch, logits: torch.Tensor) -> None:
-        """Turn the logits of the advancing rows into each row's next token."""
+        """Turn the logits of the advancing rows into each row's next token (and, for a request whose own sampling
+        asks, the tokens' log-probabilities)."""
         groups, start = [], 0
         for seq in batch.prefill:
             groups.append((seq, start, 1))
@@ -259,28 +268,49 @@ class RealExecutor:
         for seq in batch.decode:
             groups.append((seq, start, seq.width))
             start += seq.width
+        own = self.request_sampling
+        asks: list[tuple[Sequence, int, int, int]] = []   # (group, row, its logits' row, top count) wanting logprobs
         single = [g for g in groups if g[0].width == 1]
         if single:
             firsts = [first for _, first, _ in single]
             # A step of single rows only (the usual decode step) samples every row of the logits as they are.
             tokens = self._sample(logits if len(firsts) == logits.shape[0] else logits[firsts])
-            own = self.request_sampling
             for (seq, first, _), token in zip(single, tokens):
                 s = own.get(seq.id) if own else None
-                if s is not None and not s.greedy:
-                    token = sample(logits[first], s, seq.id, 0, seq.generated, self.seed)
+                if s is not None:
+                    if not s.greedy:
+                        token = sample(logits[first], s, seq.id, 0, seq.generated, self.seed)
+                    if s.logprobs is not None:
+                        asks.append((seq, 0, first, s.logprobs))
                 seq.output_token_ids.append(token)
         for seq, first, rows in groups:
             if seq.width == 1:
                 continue
             if seq.beam:
                 self._beam_step(logits[first:first + rows], seq)
-            elif rows == 1:    # after the prompt: every sample draws from its distribution
-                for row in range(seq.width):
-                    seq.row_token_ids[row].append(self._sample_row(logits[first], seq, row))
+                continue
+            s = own.get(seq.id) if own else None
+            for row in range(seq.width):
+                at = first if rows == 1 else first + row   # after the prompt every sample draws from its one row
+                if s is None:
+                    token = self._sample_row(logits[at], seq, row)
+                else:
+                    token = sample(logits[at], s, seq.id, row, seq.generated, self.seed)
+                    if s.logprobs is not None:
+                        asks.append((seq, row, at, s.logprobs))
+                seq.row_token_ids[row].append(token)
+        if asks:
+            self._logprobs(logits, asks)
+
+    def _logprobs(self, logits: torch.Tensor, asks: list[tuple[Sequence, int, int, int]]) -> None:
+        """The chosen tokens' log-probabilities for the rows that ask, kept by request id for the server."""
+        found = token_logprobs(logits, [at for _, _, at, _ in asks],
+                               [seq.row_token_ids[row][-1] for seq, row, _, _ in asks], [k for *_, k in asks])
+        for (seq, row, _, _), entry in zip(asks, found):
+            if row == 0:
+                self.token_logprobs[seq.id] = [entry]
             else:
-                for row in range(rows):
-                    seq.row_token_ids[row].append(self._sample_row(logits[first + row], seq, row))
+                self.token_logprobs[seq.id].append(entry)
 
     def execute(self, batch: Batch) -> float:
         started = time.perf_counter()

@@ -5,7 +5,10 @@ request id); `sample` draws that request's next token from one row of logits. Te
 Otherwise the logits are divided by the temperature, cut to the `top_k` most likely tokens and to the smallest
 set whose probability reaches `top_p`, and one token is drawn with a generator seeded by the request's `seed`
 (else by the executor's seed and the request id), the row and the step: the same seed gives the same tokens
-whatever else shares the batch.
+whatever else shares the batch. Row r of a request of n parallel samples draws with r in that seed, so its rows
+differ and a seeded request of n samples gives the same n every time (row 0 is what n=1 gives); at temperature 0
+every row is the argmax. `logprobs` asks the executor for each chosen token's log-probability and the `logprobs`
+most likely tokens' (engines/real/logprobs.py); None computes none.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ class Sampling:
     top_p: float = 1.0
     top_k: int = 0                 # 0 (or -1): every token
     seed: int | None = None
+    logprobs: int | None = None    # the most likely tokens each step reports beside the chosen one; None: none
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -28,10 +32,17 @@ class Sampling:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < -1:
             raise ValueError(f"top_k must be -1, 0 or a positive count, got {self.top_k}")
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"logprobs must be None or >= 0, got {self.logprobs}")
 
     @property
     def greedy(self) -> bool:
         return self.temperature < 1e-5
+
+    @property
+    def argmax_only(self) -> bool:
+        """Greedy with no log-probabilities: the step's argmax is all it needs (the static decode path)."""
+        return self.temperature < 1e-5 and self.logprobs is None
 
 
 def sample(logits: torch.Tensor, s: Sampling, request_id: int, row: int, step: int, default_seed: int = 0) -> int:

@@ -14,8 +14,9 @@ write. Endpoints, as vLLM's OpenAI server's:
   chunk that only names the role) or whole. A response ends when the engine says the request finished.
   Our engines generate exactly `max_tokens` (EOS is never a stop: `ignore_eos` is implied), so
   finish_reason is "length"; without `max_tokens` (`max_completion_tokens` for chat) a request gets the
-  rest of the context, `max_seq_len` - its prompt, as vLLM gives it. `logprobs` is refused with a 400 (not
-  computed).
+  rest of the context, `max_seq_len` - its prompt, as vLLM gives it. `n` choices (and `best_of` samples)
+  run as one group of parallel samples, streamed as chunks per choice `index`; `logprobs` come from the
+  model's logits (refused with a 400 on a backend that has none).
 - GET /v1/models (each model's `root`, as `vllm bench serve` reads it), /health, /ping, /version;
   POST /tokenize and /detokenize (the server's tokenizer).
 - GET /metrics: Prometheus text (`prometheus_client`): running, waiting and swapped requests, KV usage
@@ -52,10 +53,10 @@ from pagedbench.engines.protocols import Backend
 from pagedbench.engines.run_record import IterationRow, RunRecord
 from pagedbench.engines.sequence import Sequence, Status
 from pagedbench.engines.serving.auth import KeyCheck, api_keys
+from pagedbench.engines.serving.choices import ChoiceOutput, best
 from pagedbench.engines.serving.metrics import Metrics
 from pagedbench.engines.serving.online_loop import Inbox, serve_loop
 from pagedbench.engines.serving.openai_api import BadRequest, ParsedRequest, Reply, error_body, parse_body
-from pagedbench.engines.serving.stops import Stopper
 from pagedbench.engines.serving.token_text import TokenText
 
 log = logging.getLogger("pagedbench")
@@ -68,11 +69,14 @@ except importlib.metadata.PackageNotFoundError:
     VERSION = "0+unknown"
 @dataclass(slots=True)
 class Event:
-    """What the engine thread tells a request's response: a token, the end, a rejection, an error."""
+    """What the engine thread tells a request's response: a token (of row `row`, with its `TokenLogprobs` where
+    the request computes them), the end, a rejection, an error."""
 
     kind: str                # "token" | "finished" | "rejected" | "error"
     token_id: int = -1
     message: str = ""
+    row: int = 0             # which of the request's parallel samples (its choice before any best_of ranking)
+    logprob: object = None   # pagedbench.engines.real.logprobs.TokenLogprobs, or None
 
 
 class Stream:
@@ -105,6 +109,8 @@ class EngineService:
         self.model_id = self.model_names[0]
         self.max_seq_len = max_seq_len
         self.vocab_size: int | None = getattr(backend.executor, "vocab_size", None)   # the model's, on the real backend
+        # Each step's log-probabilities by request id, where the executor computes them (the real one does).
+        self._logprobs: dict | None = getattr(backend.executor, "token_logprobs", None)
         self.text = TokenText(tokenizer)
         self.server_header = f"pagedbench/{VERSION} {engine_label}"
         self.created = int(time.time())
@@ -198,6 +204,7 @@ class EngineService:
         # A request that produced its last token is counted before its client can see that token, so a
         # scrape after a client's [DONE] counts it (the engine's step has already set the status).
         finished = seq.status == Status.FINISHED
+        logprobs = self._logprobs.pop(seq.id, None) if self._logprobs else None
         stream = self._streams.get(seq.id)
         if stream is None:
             return             # aborted (counted then), yet run on: static batching runs every member
@@ -213,12 +220,14 @@ class EngineService:
         if finished:
             self.metrics.e2e.observe(now - stream.arrival)
         stream.last = now
-        for token in token_ids:
-            stream.put(Event("token", token))
+        for row, token in enumerate(token_ids):    # one per row of a group of parallel samples
+            stream.put(Event("token", token, row=row, logprob=logprobs[row] if logprobs else None))
 
     def _forget(self, request_id: int) -> None:
         if self.samples:
             self.backend.executor.request_sampling.pop(request_id, None)
+        if self._logprobs is not None:
+            self._logprobs.pop(request_id, None)
 
     def _on_done(self, seq: Sequence) -> None:
         self._forget(seq.id)
@@ -238,7 +247,8 @@ class EngineService:
     def submit(self, parsed: ParsedRequest, prompt_ids: list[int] | None = None) -> tuple[int, Stream]:
         """Queue a request for the engine (`prompt_ids`: one prompt of a list; default the parsed one); its id and
         the stream its events arrive on. Its own sampling goes to the executor first."""
-        request = self.inbox.new_request(parsed.prompt_ids if prompt_ids is None else prompt_ids, parsed.max_tokens)
+        request = self.inbox.new_request(parsed.prompt_ids if prompt_ids is None else prompt_ids, parsed.max_tokens,
+                                         parsed.width)
         if self.samples:
             self.backend.executor.request_sampling[request.id] = parsed.sampling
         stream = Stream(asyncio.get_running_loop())
@@ -346,7 +356,11 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
         if not parsed.sampling.greedy and not service.samples:
             return error(400, "this backend samples greedily only: send temperature 0", "unsupported_parameter",
                          param="temperature")
-        reply = Reply(parsed, service.model_id)
+        if parsed.sampling.logprobs is not None and not service.samples:   # no logits to take them from
+            param = "logprobs" if parsed.logprobs is not None else "best_of"
+            return error(400, f"{param}: this backend has no model logits, so no log-probabilities (to rank "
+                              f"best_of samples by, or to report)", "unsupported_logprobs", param=param)
+        reply = Reply(parsed, service.model_id, service.text)
         if len(parsed.batch) > 1:             # a list of prompts: each its own request, answered together
             return await batch(request, parsed, reply)
         request_id, stream = service.submit(parsed)
@@ -383,31 +397,45 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
         return service.text.decode(prompt_ids) if parsed.echo else ""
 
     async def collect(parsed: ParsedRequest, stream: Stream, request_id: int):
-        """A request's tokens to their end: (ids, text, stop reason), or the event that failed it."""
-        stopper, ids = Stopper(service.text.decoder(), parsed.stop, parsed.stop_token_ids), []
+        """A request's tokens to their end, a `ChoiceOutput` per row, or the event that failed it."""
+        outs = [ChoiceOutput(service.text.decoder(), parsed.max_tokens, parsed.stop, parsed.stop_token_ids)
+                for _ in range(parsed.width)]
         while True:
             for event in await ready_events(stream):
                 if event.kind == "finished":
-                    stopper.flush()
-                    return ids, stopper.output, None
+                    for out in outs:
+                        out.flush()
+                    return outs
                 if event.kind != "token":
                     return event
-                stopper.add(event.token_id, final=len(ids) + 1 == parsed.max_tokens)
-                if not (stopper.stopped and stopper.reason == event.token_id):   # a stop token is not output
-                    ids.append(event.token_id)
-                if stopper.stopped:
+                out = outs[event.row]
+                if out.stopped:            # a row past its stop: the others run on
+                    continue
+                out.add(event.token_id, event.logprob)
+                if out.stopped and all(o.stopped for o in outs):
                     service.abort(request_id, "stop")
-                    return ids, stopper.output, stopper.reason
+                    return outs
+
+    def choices_of(parsed: ParsedRequest, reply: Reply, outs: list[ChoiceOutput], prompt_ids: list[int],
+                   first: int) -> list[dict]:
+        """The n choices of one prompt's samples (the best n of best_of), indexed from `first`."""
+        prefix = echo(parsed, prompt_ids)
+        return [reply.choice(o.ids, prefix + o.text, first + i, o.reason, reply.logprobs(o.logprobs))
+                for i, o in enumerate(best(outs, parsed.n))]
 
     async def whole(parsed: ParsedRequest, reply: Reply, stream: Stream, request_id: int) -> JSONResponse:
-        done = await collect(parsed, stream, request_id)
-        if isinstance(done, Event):
-            return failure(done)
-        ids, text, reason = done
-        return JSONResponse(reply.whole(ids, echo(parsed, parsed.prompt_ids) + text, reason))
+        outs = await collect(parsed, stream, request_id)
+        if isinstance(outs, Event):
+            return failure(outs)
+        choices = choices_of(parsed, reply, outs, parsed.prompt_ids, 0)
+        return JSONResponse(reply.whole_of(choices, len(parsed.prompt_ids), completion_tokens(parsed, outs)))
+
+    def completion_tokens(parsed: ParsedRequest, outs: list[ChoiceOutput]) -> int:
+        """The usage's completion tokens: those of the choices returned (of best_of samples, the n kept)."""
+        return sum(len(o.ids) for o in best(outs, parsed.n))
 
     async def batch(request: Request, parsed: ParsedRequest, reply: Reply) -> Response:
-        """Every prompt of a list as its own request, answered in one response (choice i for prompt i)."""
+        """Every prompt of a list as its own request, answered in one response (prompt p's choice c is p * n + c)."""
         submitted = [service.submit(parsed, ids) for ids in parsed.batch]
 
         async def all_of():
@@ -429,42 +457,58 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
             for rid, _ in submitted:
                 service.abort(rid)
             return failure(failed)
-        choices = [reply.choice(ids, echo(parsed, prompt) + text, i, reason)
-                   for i, ((ids, text, reason), prompt) in enumerate(zip(results, parsed.batch))]
-        return JSONResponse(reply.whole_of(choices, sum(map(len, parsed.batch)), sum(len(r[0]) for r in results)))
+        choices = [c for p, (outs, prompt) in enumerate(zip(results, parsed.batch))
+                   for c in choices_of(parsed, reply, outs, prompt, p * parsed.n)]
+        return JSONResponse(reply.whole_of(choices, sum(map(len, parsed.batch)),
+                                           sum(completion_tokens(parsed, outs) for outs in results)))
 
     async def sse(parsed: ParsedRequest, reply: Reply, stream: Stream, request_id: int,
                   first: list[Event]) -> AsyncIterator[str]:
-        stopper = Stopper(service.text.decoder(), parsed.stop, parsed.stop_token_ids)
-        count, events, done, prompt = 0, first, False, echo(parsed, parsed.prompt_ids)
+        """The stream of one prompt's n choices (best_of > n does not stream): chunks per choice index, each
+        choice's finish, the usage of them all, [DONE]."""
+        outs = [ChoiceOutput(service.text.decoder(), parsed.max_tokens, parsed.stop, parsed.stop_token_ids)
+                for _ in range(parsed.n)]
+        offsets = [0] * parsed.n               # each choice's text_offset (completions' logprobs)
+        events, done, prompt = first, False, echo(parsed, parsed.prompt_ids)
+
+        def data(body: dict) -> str:
+            return f"data: {json.dumps(body)}\n\n"
+
+        def usage_and_done() -> str:
+            usage = data(reply.usage_chunk(sum(len(o.ids) for o in outs))) if parsed.include_usage else ""
+            return usage + "data: [DONE]\n\n"
         try:
             while True:
                 out = []
                 for event in events:
                     if event.kind == "token":
-                        count += 1
-                        if count == 1 and parsed.chat:
-                            out.append(f"data: {json.dumps(reply.role_chunk())}\n\n")
-                        last = count == parsed.max_tokens
-                        text = stopper.add(event.token_id, final=last)
-                        if count == 1:
+                        i, choice = event.row, outs[event.row]
+                        if choice.stopped:           # past its stop: the other choices run on
+                            continue
+                        if choice.seen == 0 and parsed.chat:
+                            out.append(data(reply.role_chunk(i)))
+                        had = len(choice.logprobs)
+                        text = choice.add(event.token_id, event.logprob)
+                        if choice.seen == 1:
                             text = prompt + text
-                        if stopper.stopped:         # the output ends here: finish "stop", the engine freed
-                            count -= stopper.reason == event.token_id     # a stop token is not output
-                            service.abort(request_id, "stop")
-                            out.append(f"data: {json.dumps(reply.stop_chunk(text, stopper.reason))}\n\n")
-                            if parsed.include_usage:
-                                out.append(f"data: {json.dumps(reply.usage_chunk(count))}\n\n")
-                            out.append("data: [DONE]\n\n")
-                            done = True
-                            break
-                        out.append(f"data: {json.dumps(reply.chunk(event.token_id, text, last))}\n\n")
-                    elif event.kind == "finished":     # the end (after the last token's chunk)
-                        if count < parsed.max_tokens:     # ended short: what is held back, with the finish
-                            out.append(f"data: {json.dumps(reply.closing_chunk(stopper.flush()))}\n\n")
-                        if parsed.include_usage:
-                            out.append(f"data: {json.dumps(reply.usage_chunk(count))}\n\n")
-                        out.append("data: [DONE]\n\n")
+                        logprobs = reply.logprobs(choice.logprobs[had:], offsets[i])
+                        if logprobs is not None and not parsed.chat and logprobs["tokens"]:
+                            offsets[i] = logprobs["text_offset"][-1] + len(logprobs["tokens"][-1])
+                        if choice.stopped:           # this choice ends here: finish "stop"
+                            out.append(data(reply.stop_chunk(text, choice.reason, i, logprobs)))
+                            if all(o.stopped for o in outs):     # every choice stopped: the engine frees it
+                                service.abort(request_id, "stop")
+                                out.append(usage_and_done())
+                                done = True
+                                break
+                            continue
+                        out.append(data(reply.chunk(event.token_id, text, choice.seen == parsed.max_tokens, i,
+                                                    logprobs)))
+                    elif event.kind == "finished":     # the end (after the last token's chunks)
+                        for i, choice in enumerate(outs):
+                            if not choice.stopped and choice.seen < parsed.max_tokens:   # ended short
+                                out.append(data(reply.closing_chunk(choice.flush(), i)))
+                        out.append(usage_and_done())
                         done = True
                         break
                     else:                              # an error or a rejection

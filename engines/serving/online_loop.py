@@ -6,7 +6,7 @@ does not know its requests in advance: HTTP threads put them in an `Inbox`
 the one engine thread that owns the scheduler and the executor, takes them
 as they come, and steps the same `pagedbench.engines.engine.Engine` as run_engine
 (the same `IterationRow` when a `RunRecord` is kept). After each step, `on_tokens` gets
-every advancing sequence's new token ids and `on_done` every sequence that
+every advancing sequence's new token ids (one per row of a request for n samples) and `on_done` every sequence that
 finished or was rejected (its `status` says which). With nothing to run the
 loop idles on the inbox, so a new request starts at once.
 """
@@ -42,9 +42,10 @@ class Inbox:
         self._ids = itertools.count()
         self._lock = threading.Lock()
 
-    def new_request(self, prompt_token_ids: list[int], output_len: int) -> Request:
+    def new_request(self, prompt_token_ids: list[int], output_len: int, n: int = 1) -> Request:
+        """A request stamped now; `n` > 1: n parallel samples of the prompt, run as one group of n rows."""
         with self._lock:
-            return Request(next(self._ids), self._clock(), tuple(prompt_token_ids), output_len)
+            return Request(next(self._ids), self._clock(), tuple(prompt_token_ids), output_len, n=n)
 
     def put(self, request: Request) -> None:
         self._queue.put(request)
@@ -74,8 +75,9 @@ def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_even
     """Serve what arrives in `inbox` until `stop_event` is set (requests still running are left as they are).
 
     `on_tokens(seq, token_ids)`: after each iteration, for every advancing
-    sequence, the token ids it just produced (row 0's new token on the real
-    backend; [] on the sim, which makes no tokens). `on_done(seq)`: a
+    sequence, the token ids it just produced (its new token on the real
+    backend, one per row in row order for a group of n samples; [] on the
+    sim, which makes no tokens). `on_done(seq)`: a
     sequence that finished this iteration (after its last `on_tokens`) or
     was rejected on arrival (`seq.rejected_reason` says why). `aborts()`,
     before each step: the ids of requests to drop (their clients went away);
@@ -126,7 +128,7 @@ def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_even
         if on_step is not None:         # first: what a client has seen is already counted
             on_step(out.row, out.row.batch_rows)
         for seq in out.advanced:
-            on_tokens(seq, seq.output_token_ids[-1:])
+            on_tokens(seq, seq.output_token_ids[-1:] if seq.width == 1 else [r[-1] for r in seq.row_token_ids if r])
         for seq in out.finished:
             live.pop(seq.id, None)
             if on_done is not None:

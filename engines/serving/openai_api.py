@@ -3,9 +3,11 @@
 `parse_body` turns a /v1/completions or /v1/chat/completions body into a
 `ParsedRequest` (its prompt as token ids) or raises `BadRequest` (HTTP 400,
 with the OpenAI error's `code`). `Reply` builds what one request sends
-back: a chunk per token when streamed (the last one with finish_reason
-"length"), the usage chunk (`"choices": []`), or the whole response.
-Our engines generate exactly max_tokens, so "length" is the only finish.
+back: a chunk per token and choice when streamed (the last one with
+finish_reason "length", or "stop"), the usage chunk (`"choices": []`), or
+the whole response; with the tokens' log-probabilities where asked, in
+completions' form (`tokens`, `token_logprobs`, `top_logprobs`,
+`text_offset`) or chat's (`content`: token, logprob, bytes, top_logprobs).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from pagedbench.engines.real.sampling import Sampling
 from pagedbench.engines.serving.token_text import TokenText
 
 COMPLETION_MAX_TOKENS = 16   # vLLM's (and OpenAI's) default for /v1/completions; chat fills the context
+MAX_LOGPROBS = 20            # vLLM's default max_logprobs: the most top log-probabilities a request may ask
 # Fields vLLM's protocol defines that these engines cannot honour: refused unless left at their default.
 REFUSED = {"suffix": None, "logit_bias": None, "presence_penalty": 0, "frequency_penalty": 0,
            "repetition_penalty": 1, "min_p": 0, "min_tokens": 0, "tools": None, "functions": None,
@@ -51,9 +54,9 @@ class Options(BaseModel):
             raise ValueError("a stop string must not be empty")
         return stops
 
-    def sampling(self) -> Sampling:
+    def sampling(self, logprobs: int | None = None) -> Sampling:
         return Sampling(1.0 if self.temperature is None else self.temperature,
-                        1.0 if self.top_p is None else self.top_p, self.top_k or 0, self.seed)
+                        1.0 if self.top_p is None else self.top_p, self.top_k or 0, self.seed, logprobs)
 
 
 def options(body: dict, chat: bool) -> Options:
@@ -68,10 +71,11 @@ def options(body: dict, chat: bool) -> Options:
         if body.get(key) not in (None, default):
             raise BadRequest(f"{key} is not supported by these engines (leave it out)", "unsupported_parameter",
                              param=key)
-    if (opts.n or 1) > 1 or (opts.best_of or 1) > 1:
-        param = "n" if (opts.n or 1) > 1 else "best_of"
-        raise BadRequest(f"{param} must be 1: the server streams one sequence per request", "unsupported_n",
-                         param=param)
+    if opts.best_of is not None and opts.best_of < (opts.n or 1):
+        raise BadRequest(f"best_of ({opts.best_of}) must be >= n ({opts.n})", param="best_of")
+    if (opts.best_of or 1) > (opts.n or 1) and body.get("stream"):
+        raise BadRequest("best_of > n cannot stream: the best n are known only when every sequence has ended "
+                         "(leave best_of out, or equal to n)", "unsupported_parameter", param="best_of")
     if opts.response_format is not None and opts.response_format.get("type") not in (None, "text"):
         raise BadRequest("response_format: only {\"type\": \"text\"} is supported (no structured output)",
                          "unsupported_parameter", param="response_format")
@@ -112,6 +116,14 @@ class ParsedRequest:
     stop_token_ids: tuple[int, ...] = ()   # tokens that end the output (not included)
     echo: bool = False                 # completions: the prompt's text before the output
     batch: list[list[int]] = field(default_factory=list)   # a list of prompts: every one's ids (prompt_ids is the first)
+    n: int = 1                         # choices per prompt
+    best_of: int = 1                   # samples drawn per prompt (>= n): the n with the highest summed logprob answer
+    logprobs: int | None = None        # the top log-probabilities each output token reports; None: none reported
+
+    @property
+    def width(self) -> int:
+        """The rows the engine runs for one prompt: best_of parallel samples."""
+        return max(self.n, self.best_of)
 
 
 def _int(value) -> bool:
@@ -170,7 +182,9 @@ def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None,
     The model it names is returned for the server to check against the names it serves.
     Without max_tokens (for chat, max_completion_tokens, which wins when both are given) a request gets the
     rest of the context on chat, `max_seq_len` minus its prompt, and 16 tokens on completions, as vLLM gives
-    them; logprobs are refused (not computed). A prompt of token ids must lie in the model's vocabulary (`vocab_size`, when the engine has
+    them. `logprobs` (completions: 0..20 top tokens; chat: `logprobs` true and `top_logprobs` 0..20) are the
+    model's (`pagedbench.engines.real.logprobs`); prompt logprobs (and echo with logprobs, which returns them) are
+    refused. `n` choices per prompt, `best_of` >= n samples of which the n most likely answer. A prompt of token ids must lie in the model's vocabulary (`vocab_size`, when the engine has
     one): an id outside it gets a 400 naming it, as vLLM answers, never a silent fold."""
     try:
         body = json.loads(raw)
@@ -183,11 +197,11 @@ def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None,
         max_tokens = body["max_completion_tokens"]
     if max_tokens is not None and (not _int(max_tokens) or max_tokens < 1):
         raise BadRequest(f"max_tokens must be an integer >= 1, got {max_tokens!r}", param="max_tokens")
-    for key in ("logprobs", "top_logprobs", "prompt_logprobs"):
-        if body.get(key) not in (None, False):
-            raise BadRequest(f"{key} is not supported: these engines do not compute log-probabilities (leave "
-                             f"it out or null)", "unsupported_logprobs", param=key)
+    logprobs = _logprobs(body, chat)
     opts = options(body, chat)
+    if logprobs is not None and opts.echo:
+        raise BadRequest("echo with logprobs would return the prompt's log-probabilities, which are not computed "
+                         "(leave one out)", "unsupported_logprobs", param="echo")
     stream = _flag(body, "stream")
     stream_options = body.get("stream_options") or {}
     if not isinstance(stream_options, dict):
@@ -221,17 +235,53 @@ def parse_body(raw: bytes, chat: bool, text: TokenText, max_seq_len: int | None,
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise BadRequest(f"model must be a string, got {model!r}", param="model")
+    n = opts.n or 1
+    best_of = opts.best_of or n
+    # best_of > n ranks its samples by their summed logprob: computed then, whether or not the reply shows them.
+    computed = logprobs if logprobs is not None or best_of == n else 0
     return ParsedRequest(chat, batch[0], max_tokens, stream, _flag(stream_options, "include_usage"),
-                         _flag(body, "return_token_ids"), model, opts.sampling(), tuple(opts.stop or ()),
-                         tuple(opts.stop_token_ids or ()), bool(opts.echo), batch)
+                         _flag(body, "return_token_ids"), model, opts.sampling(computed), tuple(opts.stop or ()),
+                         tuple(opts.stop_token_ids or ()), bool(opts.echo), batch, n, best_of, logprobs)
+
+
+def _logprobs(body: dict, chat: bool) -> int | None:
+    """How many top log-probabilities each output token reports (0: the chosen token's alone), or None: none.
+    Completions ask with `logprobs` (an integer); chat with `logprobs: true` and `top_logprobs`. Past vLLM's
+    max_logprobs (20) is a 400 naming the field."""
+    if body.get("prompt_logprobs") is not None:
+        raise BadRequest("prompt_logprobs is not supported: the prompt's log-probabilities are not computed",
+                         "unsupported_logprobs", param="prompt_logprobs")
+    if chat:
+        asked, top = body.get("logprobs"), body.get("top_logprobs")
+        if asked is not None and not isinstance(asked, bool):
+            raise BadRequest(f"logprobs must be true or false on chat, got {asked!r}", param="logprobs")
+        if top is not None:
+            if not _int(top) or not 0 <= top <= MAX_LOGPROBS:
+                raise BadRequest(f"top_logprobs must be an integer 0..{MAX_LOGPROBS}, got {top!r}",
+                                 param="top_logprobs")
+            if not asked:
+                raise BadRequest("top_logprobs needs logprobs: true", param="top_logprobs")
+        return (top or 0) if asked else None
+    if body.get("top_logprobs") is not None:
+        raise BadRequest("top_logprobs is chat's: completions ask with logprobs (an integer)", param="top_logprobs")
+    asked = body.get("logprobs")
+    if asked is None:
+        return None
+    if not _int(asked) or not 0 <= asked <= MAX_LOGPROBS:
+        raise BadRequest(f"logprobs must be an integer 0..{MAX_LOGPROBS} on completions, got {asked!r}",
+                         param="logprobs")
+    return asked
 
 
 @dataclass(slots=True)
 class Reply:
-    """One response: its id and creation time, and the bodies it sends for `parsed` as `model`."""
+    """One response: its id and creation time, and the bodies it sends for `parsed` as `model` (`tokens`: the
+    server's tokenizer, which names the tokens of log-probabilities). A choice's `index` is its place among
+    the response's choices: prompt p's choice c of n is p * n + c."""
 
     parsed: ParsedRequest
     model: str
+    tokens: TokenText | None = None
     id: str = field(init=False)
     created: int = field(init=False)
 
@@ -248,34 +298,39 @@ class Reply:
         return {"prompt_tokens": prompt, "completion_tokens": completion_tokens,
                 "total_tokens": prompt + completion_tokens}
 
-    def chunk(self, token_id: int, text: str, last: bool) -> dict:
-        """One streamed token (the last one with finish_reason "length")."""
-        choice: dict = {"index": 0}
+    def chunk(self, token_id: int, text: str, last: bool, index: int = 0, logprobs: dict | None = None) -> dict:
+        """One streamed token of choice `index` (the last one with finish_reason "length")."""
+        choice: dict = {"index": index}
         if self.parsed.chat:
             choice["delta"] = {"content": text}
         else:
             choice["text"] = text
+        if logprobs is not None:
+            choice["logprobs"] = logprobs
         choice["finish_reason"] = "length" if last else None
         if self.parsed.return_token_ids:
             choice["token_ids"] = [token_id]
         return self._chunk_of(choice)
 
-    def stop_chunk(self, text: str, reason: str | int) -> dict:
+    def stop_chunk(self, text: str, reason: str | int, index: int = 0, logprobs: dict | None = None) -> dict:
         """The end of a stream cut by a stop string or token: the text let out with it, finish_reason "stop"."""
-        choice: dict = {"index": 0, "finish_reason": "stop", "stop_reason": reason}
+        choice: dict = {"index": index, "finish_reason": "stop", "stop_reason": reason}
         if self.parsed.chat:
             choice["delta"] = {"content": text} if text else {}
         else:
             choice["text"] = text
+        if logprobs is not None:
+            choice["logprobs"] = logprobs
         return self._chunk_of(choice)
 
-    def role_chunk(self) -> dict:
+    def role_chunk(self, index: int = 0) -> dict:
         """A chat stream's first chunk, before its first token's: the role alone, as vLLM sends it."""
-        return self._chunk_of({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None})
+        return self._chunk_of({"index": index, "delta": {"role": "assistant", "content": ""},
+                               "finish_reason": None})
 
-    def closing_chunk(self, text: str) -> dict:
+    def closing_chunk(self, text: str, index: int = 0) -> dict:
         """The finish of a stream that ended before max_tokens, with whatever text was still held back."""
-        choice: dict = {"index": 0, "finish_reason": "length"}
+        choice: dict = {"index": index, "finish_reason": "length"}
         if self.parsed.chat:
             choice["delta"] = {"content": text} if text else {}
         else:
@@ -290,15 +345,18 @@ class Reply:
         return {"id": self.id, "object": self.chunk_object, "created": self.created, "model": self.model,
                 "choices": [], "usage": self.usage(completion_tokens)}
 
-    def choice(self, token_ids: list[int], text: str, index: int = 0, stop_reason: str | int | None = None) -> dict:
+    def choice(self, token_ids: list[int], text: str, index: int = 0, stop_reason: str | int | None = None,
+               logprobs: dict | None = None) -> dict:
         """One answer of a request that did not stream (`stop_reason` set: cut by a stop)."""
         choice: dict = {"index": index, "finish_reason": "length" if stop_reason is None else "stop"}
         if stop_reason is not None:
             choice["stop_reason"] = stop_reason
         if self.parsed.chat:
             choice["message"] = {"role": "assistant", "content": text}
+            if logprobs is not None:
+                choice["logprobs"] = logprobs
         else:
-            choice.update(text=text, logprobs=None)
+            choice.update(text=text, logprobs=logprobs)
         if self.parsed.return_token_ids:
             choice["token_ids"] = token_ids
         return choice
@@ -309,8 +367,43 @@ class Reply:
                              len(token_ids))
 
     def whole_of(self, choices: list[dict], prompt_tokens: int, completion_tokens: int) -> dict:
-        """The response holding `choices` (one per prompt of a list), with the usage of them all."""
+        """The response holding `choices` (n per prompt of a list), with the usage of them all."""
         return {"id": self.id, "object": "chat.completion" if self.parsed.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": choices,
                 "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                           "total_tokens": prompt_tokens + completion_tokens}}
+
+    # -- log-probabilities -----------------------------------------------------------------------------
+
+    def token_str(self, token_id: int) -> str:
+        """A token's own text (its bytes as UTF-8; a partial character is U+FFFD), as a logprob names it."""
+        return self.tokens.token_bytes(token_id).decode("utf-8", "replace")
+
+    def logprobs(self, entries: list, offset: int = 0) -> dict | None:
+        """The log-probabilities of a choice's `entries` (`TokenLogprobs`: chosen id, logprob, top (id, logprob)),
+        None when the request did not ask. Completions: `tokens`, `token_logprobs`, `top_logprobs` (the top
+        tokens and the chosen one, as vLLM's: logprobs + 1 entries where the chosen is not among the top) and
+        `text_offset` (from `offset`, the characters of the tokens before); chat: `content`, an entry a token
+        with its `top_logprobs` most likely, most likely first."""
+        if self.parsed.logprobs is None:
+            return None
+        if self.parsed.chat:
+            return {"content": [{**self._chat_token(e.token_id, e.logprob),
+                                 "top_logprobs": [self._chat_token(t, lp) for t, lp in e.top]} for e in entries],
+                    "refusal": None}
+        tokens = [self.token_str(e.token_id) for e in entries]
+        offsets = []
+        for token in tokens:
+            offsets.append(offset)
+            offset += len(token)
+        top = []
+        for e, token in zip(entries, tokens):
+            named = {self.token_str(t): lp for t, lp in e.top}
+            named.setdefault(token, e.logprob)
+            top.append(named)
+        return {"tokens": tokens, "token_logprobs": [e.logprob for e in entries], "top_logprobs": top,
+                "text_offset": offsets}
+
+    def _chat_token(self, token_id: int, logprob: float) -> dict:
+        raw = self.tokens.token_bytes(token_id)
+        return {"token": raw.decode("utf-8", "replace"), "logprob": logprob, "bytes": list(raw)}

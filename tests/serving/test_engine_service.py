@@ -1,5 +1,6 @@
 """The engine service's lifecycle without HTTP, on the sim (no model): health before and after start, a stop
-asked with and without the engine's own thread, waiting on it, and what it keeps."""
+asked with and without the engine's own thread, waiting on it, and what it keeps; and, through the openai client,
+that a backend with no logits refuses log-probabilities by name rather than invent them."""
 from __future__ import annotations
 
 import asyncio
@@ -7,12 +8,14 @@ from types import SimpleNamespace
 import threading
 import time
 
+import openai
 import pytest
+from starlette.testclient import TestClient
 
 from pagedbench.engines.build import build_scheduler
 from pagedbench.engines.config import PagedEngineConfig, SchedulerLimits
 from pagedbench.engines.sequence import Status
-from pagedbench.engines.serving.asgi_server import STOPPING, EngineService, Event
+from pagedbench.engines.serving.asgi_server import STOPPING, EngineService, Event, build_app
 from pagedbench.engines.serving.openai_api import ParsedRequest
 from tests.engines.conftest import UnitExecutor
 
@@ -105,3 +108,24 @@ def test_late_word_of_a_request_whose_client_left_is_ignored(service):
     service.abort(7)
     assert service._aborted == []
     assert 'finished_reason="abort"' not in service.metrics.text()[0].decode()
+
+
+@pytest.mark.parametrize("chat, kwargs, param", [
+    (False, dict(logprobs=1), "logprobs"),
+    (False, dict(logprobs=0), "logprobs"),
+    (False, dict(n=1, best_of=2), "best_of"),     # ranked by logprobs, which this backend cannot compute
+    (True, dict(logprobs=True), "logprobs"),
+    (True, dict(logprobs=True, top_logprobs=2), "logprobs"),
+])
+def test_a_backend_without_logits_refuses_logprobs_by_name(service, chat, kwargs, param):
+    service.start()
+    http = TestClient(build_app(service))        # not entered: the service is started here, not by the lifespan
+    client = openai.OpenAI(base_url="http://testserver/v1", api_key="unused", http_client=http, max_retries=0)
+    with pytest.raises(openai.BadRequestError) as caught:
+        if chat:
+            client.chat.completions.create(model=service.model_id, messages=[{"role": "user", "content": "hi"}],
+                                           max_tokens=2, temperature=0, **kwargs)
+        else:
+            client.completions.create(model=service.model_id, prompt=[1, 2, 3], max_tokens=2, temperature=0,
+                                      **kwargs)
+    assert caught.value.body["param"] == param and caught.value.body["code"] == "unsupported_logprobs"

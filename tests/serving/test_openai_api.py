@@ -83,14 +83,40 @@ def test_sampling_stops_and_echo_are_read_as_vllm_types_them(text):
                         "presence_penalty": 0, "tool_choice": "none"}).max_tokens == 2
 
 
-def test_log_probabilities_and_n_are_refused_and_their_defaults_accepted(text):
+def test_log_probabilities_are_read_as_vllm_types_them_up_to_its_max_of_20(text):
     body = {"prompt": PROMPT, "max_tokens": 2}
-    for key in ("logprobs", "top_logprobs", "prompt_logprobs"):
-        assert refused(text, {**body, key: 1}).code == "unsupported_logprobs"
-        assert refused(text, {**body, key: True}).code == "unsupported_logprobs"
-        assert parse(text, {**body, key: None}).max_tokens == parse(text, {**body, key: False}).max_tokens == 2
+    assert parse(text, body).logprobs is None and parse(text, body).sampling.logprobs is None
+    for k in (0, 5, 20):
+        got = parse(text, {**body, "logprobs": k})
+        assert got.logprobs == got.sampling.logprobs == k
+    for bad in (21, -1, True, 1.5, "2"):
+        assert refused(text, {**body, "logprobs": bad}).param == "logprobs", bad
+    assert refused(text, {**body, "top_logprobs": 2}).param == "top_logprobs"     # chat's field
+    assert refused(text, {**body, "prompt_logprobs": 1}).code == "unsupported_logprobs"
+    assert refused(text, {**body, "logprobs": 1, "echo": True}).param == "echo"    # would need the prompt's
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    assert parse(text, {**chat, "logprobs": True}, chat=True).logprobs == 0
+    assert parse(text, {**chat, "logprobs": True, "top_logprobs": 20}, chat=True).logprobs == 20
+    assert parse(text, {**chat, "logprobs": False}, chat=True).logprobs is None
+    for extra, param in (({"logprobs": True, "top_logprobs": 21}, "top_logprobs"),
+                         ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
+                         ({"top_logprobs": 2}, "top_logprobs"), ({"logprobs": 2}, "logprobs")):
+        assert refused(text, {**chat, **extra}, chat=True).param == param, extra
+
+
+def test_n_and_best_of_ask_for_parallel_samples(text):
+    body = {"prompt": PROMPT, "max_tokens": 2}
     assert parse(text, {**body, "n": 1}) == parse(text, {**body, "n": None}) == parse(text, body)
-    assert refused(text, {**body, "n": 2}).code == "unsupported_n"
+    got = parse(text, {**body, "n": 3})
+    assert (got.n, got.best_of, got.width, got.sampling.logprobs) == (3, 3, 3, None)
+    ranked = parse(text, {**body, "n": 2, "best_of": 4})
+    # best_of > n ranks by the samples' summed logprob: computed (0 top tokens), though none is reported
+    assert (ranked.n, ranked.best_of, ranked.width, ranked.logprobs, ranked.sampling.logprobs) == (2, 4, 4, None, 0)
+    assert parse(text, {**body, "best_of": 3}).width == 3
+    for bad, param in (({"n": 0}, "n"), ({"n": 3, "best_of": 2}, "best_of"), ({"best_of": 0}, "best_of"),
+                       ({"n": 1, "best_of": 2, "stream": True}, "best_of"), ({"n": 2.0}, "n")):
+        assert refused(text, {**body, **bad}).param == param, bad
+    assert parse(text, {**body, "n": 2, "best_of": 2, "stream": True}).width == 2
 
 
 def test_flags_and_stream_options_must_be_booleans_and_an_object(text):
