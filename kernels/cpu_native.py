@@ -1,6 +1,7 @@
 """Native CPU kernels (kernels/cpu_attention.c) behind the torch references' signatures.
 
-    ops = load_ops("cpu")          # decode attention and the KV write native; prefills and block copies the references'
+    ops = load_ops("cpu")          # decode attention and the KV write in C, plain prefill in torch (baddbmm),
+                                   # prefix prefill and block copies the references'
 
 The C file is compiled once per machine (the C compiler `$CC`, else cc, with -O3 -march=native) into
 `$PAGEDBENCH_KERNEL_CACHE` (default ~/.cache/pagedbench/kernels), named by a hash of the source, the flags and
@@ -220,6 +221,37 @@ def write_kv(key: torch.Tensor,          # [num_tokens, num_kv_heads, head_dim]
               key.shape[0], row, num_slots))
 
 
-prefill_attention = reference.prefill_attention
+def prefill_attention(query: torch.Tensor,       # [num_tokens, num_heads, head_dim]
+                      key: torch.Tensor,         # [num_tokens, num_kv_heads, head_dim]
+                      value: torch.Tensor,       # [num_tokens, num_kv_heads, head_dim]
+                      cu_seqlens: torch.Tensor,  # [num_seqs + 1] int32: sequence s is tokens cu[s]:cu[s+1]
+                      scale: float,
+                      max_seqlen: int | None = None,   # the longest sequence (unused here)
+                      ) -> torch.Tensor:         # [num_tokens, num_heads, head_dim]
+    """Causal attention of each packed sequence over its own new tokens, in torch: per sequence, the scores of
+    every query head's rows as one batched product with the causal mask added (`baddbmm`), a softmax, and one
+    product with V, in fp32. On one CPU thread this ran 1.3-1.8x faster than the reference's fused SDPA at 100
+    to 1,000 tokens (`python scripts/cpu_backend_bench.py prefill`), computing the masked half too."""
+    out = torch.empty_like(query)
+    num_heads, num_kv_heads, head_dim = query.shape[1], key.shape[1], query.shape[2]
+    group = num_heads // num_kv_heads
+    bounds = cu_seqlens.tolist()
+    masks: dict[int, torch.Tensor] = {}
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        n = end - start
+        if n == 0:
+            continue
+        if n not in masks:
+            masks[n] = torch.full((n, n), float("-inf"), device=query.device).triu_(1)
+        # Rows (kv head, g, i): query head kv * group + g at position i, over the kv head's keys.
+        q = query[start:end].float().view(n, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
+        q = q.reshape(num_kv_heads, group * n, head_dim)
+        k = key[start:end].float().transpose(0, 1)                                     # [Hkv, n, D]
+        v = value[start:end].float().transpose(0, 1)
+        bias = masks[n].repeat(group, 1) if group > 1 else masks[n]                     # [group * n, n]
+        scores = torch.baddbmm(bias.expand(num_kv_heads, -1, -1), q, k.transpose(1, 2), alpha=scale)
+        o = torch.matmul(torch.softmax(scores, dim=-1), v)                             # [Hkv, group * n, D]
+        out[start:end] = o.view(num_kv_heads, group, n, head_dim).permute(2, 0, 1, 3).reshape(n, num_heads, head_dim)
+    return out
 prefix_prefill_attention = reference.prefix_prefill_attention
 copy_blocks = reference.copy_blocks

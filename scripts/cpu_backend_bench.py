@@ -3,6 +3,7 @@
     python scripts/cpu_backend_bench.py gemm        # F.linear against oneDNN with the weight packed once
     python scripts/cpu_backend_bench.py attention   # paged decode: the per-sequence loop against batched forms
     python scripts/cpu_backend_bench.py attention --compiled   # and one padded form compiled by torch.compile
+    python scripts/cpu_backend_bench.py prefill     # causal prefill: the reference's fused SDPA against baddbmm
 
 `gemm`: the tiny model's linears (the LM head 50,272 x 256, q/k/v/out 256 x 256, fc1 1,024 x 256, fc2 256 x
 1,024) at 1 to 64 rows: `F.linear`, and `PackedLinear` (engines/real/cpu_gemm.py), which the backend runs.
@@ -12,7 +13,11 @@ row's blocks in place (kernels/cpu_native.py, what the backend runs where it bui
 every row's blocks then the loop, a padded batch with one masked matmul, the loop with torch's fused SDPA per
 row, every row's blocks scored at once (one batched matmul over blocks, a segment softmax by scatter), and with
 --compiled a padded gather-and-attend compiled by torch.compile (inductor's C++ on a CPU; compiled once, before
-the timing, ~20 s). Each form is checked equal to the reference first. Printed: min and median milliseconds of `--repeat` calls after three warm-up calls.
+the timing, ~20 s). `prefill`: one layer's causal prefill (4 heads of 64) of packed sequences of 8 x 30,
+4 x 262 (the ShareGPT trace's mean prompt), 600 + 300 + 100 and 1,000 tokens: the reference (torch's fused SDPA
+per sequence) and the native set's (kernels/cpu_native.py: one masked `baddbmm`, a softmax and a product per
+sequence). Each form is checked equal to the reference first. Printed: min and median milliseconds of
+`--repeat` calls after three warm-up calls.
 """
 from __future__ import annotations
 
@@ -174,9 +179,25 @@ def attention(repeat: int, compiled: bool = False) -> None:
             print(f"{name:<18} {rows:>4} {best:>8.3f} {median:>9.3f} {best / loop:>6.2f}x")
 
 
+def prefill(repeat: int) -> None:
+    forms = {"SDPA (reference)": reference.prefill_attention, "baddbmm (native set)": cpu_native.prefill_attention}
+    print(f"{'form':<22} {'tokens':>16} {'ms':>8} {'(median)':>9} {'/ SDPA':>7}")
+    for lens in ([30] * 8, [262] * 4, [600, 300, 100], [1000]):
+        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+        q, k, v = (torch.randn(sum(lens), 4, 64) for _ in range(3))
+        expected = reference.prefill_attention(q, k, v, cu, 0.125)
+        first = None
+        for name, form in forms.items():
+            torch.testing.assert_close(form(q, k, v, cu, 0.125), expected, atol=1e-5, rtol=1e-5)
+            best, median = timed(lambda: form(q, k, v, cu, 0.125), repeat)
+            first = first or best
+            shown = f"{len(lens)} x {lens[0]}" if len(set(lens)) == 1 else "+".join(map(str, lens))
+            print(f"{name:<22} {shown:>16} {best:>8.3f} {median:>9.3f} {best / first:>6.2f}x")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["gemm", "attention"])
+    parser.add_argument("what", choices=["gemm", "attention", "prefill"])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--compiled", action="store_true", help="attention: also a padded form by torch.compile")
@@ -184,7 +205,12 @@ def main(argv: list[str] | None = None) -> None:
     if args.repeat < 1 or args.threads < 1:
         parser.error("--repeat and --threads must be >= 1")
     torch.set_num_threads(args.threads)
-    gemm(args.repeat) if args.what == "gemm" else attention(args.repeat, args.compiled)
+    if args.what == "gemm":
+        gemm(args.repeat)
+    elif args.what == "prefill":
+        prefill(args.repeat)
+    else:
+        attention(args.repeat, args.compiled)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@
 
 One engine thread (`online_loop.serve_loop`) owns the scheduler and the executor; the event loop only parses,
 queues and writes. Each request's tokens reach its response through an asyncio queue that the engine thread
-feeds with `loop.call_soon_threadsafe`; a response writes every token that is ready in one event-stream
-write. Endpoints, as vLLM's OpenAI server's:
+feeds with `loop.call_soon_threadsafe`, once a step for all of the step's events; a response writes every
+token that is ready in one event-stream write. Endpoints, as vLLM's OpenAI server's:
 
 - POST /v1/completions and /v1/chat/completions, streamed (server-sent events, `data: [DONE]` last; with
   `stream_options.include_usage` a usage chunk with `"choices": []` before it; a chat stream opens with a
@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import importlib.metadata
 import json
 import logging
+import sys
 import threading
 import time
 
@@ -63,6 +64,11 @@ log = logging.getLogger("pagedbench")
 MAX_BODY_BYTES = 16 * 2**20
 STOPPING = "the server is shutting down"
 CLIENT_GONE = 499        # the status logged for a request whose client left before its response (nginx's)
+# How long a thread that wants the GIL waits before asking its holder to drop it (Python's default: 5 ms). The
+# engine's step releases the GIL in every torch op and kernel; when it returns while the HTTP thread runs, it
+# waits up to this long. A server sets 0.2 ms (`serve`): on this 2-core CPU, A B A B, the tiny model's server
+# served 4-8% more output tok/s than at 5 ms (docs/performance.md).
+SWITCH_INTERVAL_S = 0.0002
 try:
     VERSION = importlib.metadata.version("pagedbench")
 except importlib.metadata.PackageNotFoundError:
@@ -94,6 +100,12 @@ class Stream:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, event)
 
 
+def _deliver(events: list[tuple[Stream, Event]]) -> None:
+    """On the event loop: a step's events, each onto its stream's queue, in the order the engine made them."""
+    for stream, event in events:
+        stream.queue.put_nowait(event)
+
+
 class EngineService:
     """One engine (`backend.scheduler` on `backend.executor`) on its own thread, taking requests from the event
     loop. `tokenizer`: a `pagedbench.workloads.tokenizer` spec for text prompts and the text of generated tokens;
@@ -120,6 +132,10 @@ class EngineService:
         self.engine_error: str | None = None
         self.record = RunRecord(capacity_slots=backend.scheduler.kv.capacity) if keep_record else None
         self._streams: dict[int, Stream] = {}
+        # A step's events, handed to the event loop at once after the step (`_flush`): one wake-up of the loop a
+        # step, not one a token (each a write to its self-pipe and a turn of the loop, which holds the GIL
+        # while the engine's next step wants it).
+        self._outbox: list[tuple[Stream, Event]] = []
         self._aborted: list[int] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -179,11 +195,13 @@ class EngineService:
         """The engine loop, until `stop()` or an error (on the thread `start` chose)."""
         try:
             serve_loop(self.inbox, self.backend.scheduler, self.backend.executor, self._stop, self._on_tokens,
-                       self._on_done, record=self.record, aborts=self._take_aborts, on_step=self._on_step)
+                       self._on_done, record=self.record, aborts=self._take_aborts, on_step=self._on_step,
+                       on_flush=self._flush)
         except Exception as err:   # every waiting request hears of it; /health turns 503
             self.engine_error = f"{type(err).__name__}: {err}"
             log.exception("the engine thread stopped")
         finally:
+            self._flush()
             with self._lock:
                 self._stopping = self._done = True
                 streams, self._streams = self._streams, {}
@@ -221,7 +239,18 @@ class EngineService:
             self.metrics.e2e.observe(now - stream.arrival)
         stream.last = now
         for row, token in enumerate(token_ids):    # one per row of a group of parallel samples
-            stream.put(Event("token", token, row=row, logprob=logprobs[row] if logprobs else None))
+            self._outbox.append((stream, Event("token", token, row=row, logprob=logprobs[row] if logprobs else None)))
+
+    def _flush(self) -> None:
+        """Hand the events of the step (or of the arrivals) just done to their event loops, one call each."""
+        if not self._outbox:
+            return
+        events, self._outbox = self._outbox, []
+        loops: dict[asyncio.AbstractEventLoop, list[tuple[Stream, Event]]] = {}
+        for stream, event in events:
+            loops.setdefault(stream.loop, []).append((stream, event))
+        for loop, some in loops.items():
+            loop.call_soon_threadsafe(_deliver, some)
 
     def _forget(self, request_id: int) -> None:
         if self.samples:
@@ -235,7 +264,7 @@ class EngineService:
             stream = self._streams.pop(seq.id, None)
         if stream is not None:
             rejected = seq.status == Status.REJECTED
-            stream.put(Event("rejected" if rejected else "finished", message=seq.rejected_reason or ""))
+            self._outbox.append((stream, Event("rejected" if rejected else "finished", message=seq.rejected_reason or "")))
 
     # -- what the event loop calls -----------------------------------------------------------------------
 
@@ -617,6 +646,8 @@ def serve(app, service: EngineService, host: str, port: int, on_bound=None) -> N
         server.should_exit = True
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
         service.start(thread=False)
         web.start()
@@ -630,5 +661,6 @@ def serve(app, service: EngineService, host: str, port: int, on_bound=None) -> N
     finally:
         server.should_exit = True
         web.join(15)
+        sys.setswitchinterval(interval)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

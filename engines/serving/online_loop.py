@@ -71,7 +71,8 @@ def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_even
                on_done: Callable[[Sequence], None] | None = None,
                record: RunRecord | None = None, idle_wait_s: float = IDLE_WAIT_S,
                aborts: Callable[[], list[int]] | None = None,
-               on_step: Callable[[IterationRow | None, int], None] | None = None) -> None:
+               on_step: Callable[[IterationRow | None, int], None] | None = None,
+               on_flush: Callable[[], None] | None = None) -> None:
     """Serve what arrives in `inbox` until `stop_event` is set (requests still running are left as they are).
 
     `on_tokens(seq, token_ids)`: after each iteration, for every advancing
@@ -85,7 +86,9 @@ def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_even
     group's host blocks too), and no callback follows.
     `on_step(row, tokens)`: after each iteration, before its tokens are
     handed out, its row and the tokens it produced (a server's metrics);
-    `on_step(None, 0)` after requests were dropped. `record`, when given,
+    `on_step(None, 0)` after requests were dropped. `on_flush()`: after the
+    arrivals were taken and after each iteration's callbacks (a server hands
+    what they produced to its event loop at once). `record`, when given,
     gets every sequence and one `IterationRow` per iteration, as
     run_engine's; None keeps nothing (a long-lived server's memory stays
     flat). The callbacks run on this thread: they must be quick and must
@@ -118,6 +121,8 @@ def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_even
                     live.pop(request_id, None)
             if on_step is not None:
                 on_step(None, 0)          # the memory the dropped requests freed
+        if on_flush is not None:
+            on_flush()
         if not engine.has_work():
             continue
         out = engine.step(now)
@@ -133,6 +138,8 @@ def serve_loop(inbox: Inbox, scheduler: Scheduler, executor: Executor, stop_even
             live.pop(seq.id, None)
             if on_done is not None:
                 on_done(seq)
+        if on_flush is not None:
+            on_flush()
     if record is not None:
         record.end_s = executor.now()
         record.wall_s = time.perf_counter() - wall_start

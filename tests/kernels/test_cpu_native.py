@@ -141,7 +141,8 @@ def test_the_cpu_set_and_what_auto_picks():
     ops = load_ops("cpu")
     assert ops.name == "cpu"
     assert ops.paged_decode_attention is cpu_native.paged_decode_attention
-    assert ops.prefill_attention is reference.prefill_attention
+    assert ops.prefill_attention is cpu_native.prefill_attention
+    assert ops.prefix_prefill_attention is reference.prefix_prefill_attention
     assert resolve("auto", "cpu") == "cpu" and resolve("auto", "cuda") == "triton" and resolve("torch", "cpu") == "torch"
 
 
@@ -155,3 +156,29 @@ def test_without_a_working_compiler_auto_falls_back_to_the_references(tmp_path, 
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert why in done.stdout
+
+
+PREFILL_CASES = covering(2, heads=HEADS, head_dim=[8, 64, 80], lens=[(1,), (17, 0, 5), (100, 33)], dtype=DTYPES)
+
+
+@pytest.mark.parametrize("case", PREFILL_CASES, ids=case_id)
+def test_prefill_matches_reference(case):
+    """Packed sequences, an empty one among them, causal over their own tokens."""
+    num_heads, num_kv_heads = case["heads"]
+    total, dim = sum(case["lens"]), case["head_dim"]
+    q = torch.randn(total, num_heads, dim).to(case["dtype"])
+    k, v = (torch.randn(total, num_kv_heads, dim).to(case["dtype"]) for _ in range(2))
+    cu = torch.tensor([0, *torch.tensor(case["lens"]).cumsum(0).tolist()], dtype=torch.int32)
+    out = cpu_native.prefill_attention(q, k, v, cu, dim ** -0.5, max(case["lens"]))
+    assert out.dtype == q.dtype and out.shape == q.shape
+    torch.testing.assert_close(out, reference.prefill_attention(q, k, v, cu, dim ** -0.5), **TOLERANCE[case["dtype"]])
+
+
+def test_prefill_is_causal():
+    """A later token's K and V never reach an earlier token's output."""
+    q, k, v = (torch.randn(6, 2, 8) for _ in range(3))
+    cu = torch.tensor([0, 6], dtype=torch.int32)
+    before = cpu_native.prefill_attention(q, k, v, cu, 0.3)
+    k[4:], v[4:] = torch.randn(2, 2, 8), torch.randn(2, 2, 8)
+    after = cpu_native.prefill_attention(q, k, v, cu, 0.3)
+    assert torch.equal(before[:4], after[:4]) and not torch.equal(before[4:], after[4:])
