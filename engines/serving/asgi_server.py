@@ -322,6 +322,31 @@ async def ready_events(stream: Stream) -> list[Event]:
     return events
 
 
+class Guard:
+    """The API key on /v1/ and our Server header on every response, as plain ASGI middleware: a streamed body
+    passes through untouched (starlette's BaseHTTPMiddleware, which this replaced, ran every chunk of every
+    stream through a memory stream and a task of its own, on the thread the engine shares the GIL with)."""
+
+    def __init__(self, app, keys: KeyCheck, server_header: str, refuse):
+        self.app, self.keys, self.refuse = app, keys, refuse
+        self.server = server_header.encode("latin-1")
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        if self.keys.enabled and scope["path"].startswith("/v1/"):
+            given = next((v.decode("latin-1") for k, v in scope["headers"] if k.lower() == b"authorization"), None)
+            if not self.keys.allows(given):
+                return await self.refuse()(scope, receive, send)
+
+        async def send_as_ours(message):
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", ()) if k.lower() != b"server"]
+                message = {**message, "headers": [*headers, (b"server", self.server)]}
+            await send(message)
+        await self.app(scope, receive, send_as_ours)
+
+
 def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...] | None = None,
               environ: dict | None = None):
     """The FastAPI app over `service` (started and stopped with the app's lifespan). `api_key`: one key or
@@ -341,15 +366,9 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
         return JSONResponse(error_body(message, code, kind, param), status_code=status,
                             headers={"Server": service.server_header})
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next):
-        if keys.enabled and request.url.path.startswith("/v1/"):
-            if not keys.allows(request.headers.get("authorization")):
-                return error(401, "a valid API key is required (Authorization: Bearer KEY)", "invalid_api_key",
-                             "authentication_error")
-        response = await call_next(request)
-        response.headers["Server"] = service.server_header
-        return response
+    app.add_middleware(Guard, keys=keys, server_header=service.server_header,
+                       refuse=lambda: error(401, "a valid API key is required (Authorization: Bearer KEY)",
+                                            "invalid_api_key", "authentication_error"))
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException):
