@@ -19,6 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import importlib.resources
 import os
 from pathlib import Path
 import platform
@@ -30,7 +31,7 @@ import torch
 
 from pagedbench.kernels import reference
 
-SOURCE = Path(__file__).with_name("cpu_attention.c")
+SOURCE = Path(str(importlib.resources.files("pagedbench.kernels") / "cpu_attention.c"))   # package data in a wheel
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-ffp-contract=fast", "-fassociative-math",
          "-fno-signed-zeros", "-fno-trapping-math", "-shared", "-fPIC")
 SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}

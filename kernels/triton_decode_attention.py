@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from pagedbench.kernels.triton_launch import (check_cache_pair, check_contiguous, check_device, check_float, check_int,
-                                   check_last_dim_dense, pow2)
+                                   check_last_dim_dense, online_softmax_step, pow2)
 
 LOG2E = 1.4426950408889634
 MIN_GROUP_ROWS = 16          # tl.dot needs at least 16 rows
@@ -106,13 +106,9 @@ def _decode_kernel(
         k = tl.load(k_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)            # [TILE, HEAD_DIM_PAD]
         scores = tl.dot(q.to(k.dtype), tl.trans(k), input_precision=DOT_PRECISION) * scale_log2   # [GROUP_PAD, TILE]
         scores = tl.where(valid[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # finite: every tile holds a valid position
-        p = tl.exp2(scores - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(v_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)            # [TILE, HEAD_DIM_PAD]
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
+        # Finite: every tile holds a valid position.
+        m_i, l_i, acc = online_softmax_step(scores, v, m_i, l_i, acc, DOT_PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]   # an empty split (short context) writes zeros
     out_offsets = seq * stride_o_seq + heads[:, None] * stride_o_head + split * stride_o_split + dims[None, :]

@@ -1,4 +1,5 @@
-"""Checks shared by the thin Python launchers of the Triton kernels.
+"""Checks shared by the thin Python launchers of the Triton kernels, and the online-softmax step their
+attention kernels share.
 
 Importing this module imports triton; `import kernels` does not (see kernels/ops.py).
 Triton decides at decoration time whether a kernel is compiled for the GPU or run
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import torch
 import triton
+import triton.language as tl
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -63,3 +65,16 @@ def check_last_dim_dense(name: str, t: torch.Tensor) -> None:
 
 def pow2(n: int) -> int:
     return triton.next_power_of_2(n)
+
+
+@triton.jit
+def online_softmax_step(scores, v, m_i, l_i, acc, DOT_PRECISION: tl.constexpr):
+    """One tile of an online softmax in base 2: `scores` [ROWS, TILE] (already scaled by log2(e) / sqrt(d), -inf
+    where masked; each row has a finite score in this tile or an earlier one), `v` [TILE, HEAD_DIM_PAD]; the
+    running max `m_i` and sum `l_i` [ROWS] and the unnormalized output `acc` [ROWS, HEAD_DIM_PAD], updated."""
+    m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+    p = tl.exp2(scores - m_new[:, None])
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+    return m_new, l_i, acc

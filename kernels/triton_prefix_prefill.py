@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from pagedbench.kernels.triton_launch import (check_cache_pair, check_contiguous, check_device, check_float, check_int,
-                                   check_last_dim_dense, pow2)
+                                   check_last_dim_dense, online_softmax_step, pow2)
 
 LOG2E = 1.4426950408889634
 
@@ -100,13 +100,9 @@ def _prefix_prefill_kernel(
             k = tl.load(k_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)            # [BLOCK_N, HEAD_DIM_PAD]
             scores = tl.dot(q.to(k.dtype), tl.trans(k), input_precision=DOT_PRECISION) * scale_log2   # [BLOCK_M, BLOCK_N]
             scores = tl.where(valid[None, :], scores, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(scores, axis=1))   # finite: every tile holds a valid position
-            p = tl.exp2(scores - m_new[:, None])
-            alpha = tl.exp2(m_i - m_new)
-            l_i = l_i * alpha + tl.sum(p, axis=1)
             v = tl.load(v_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)            # [BLOCK_N, HEAD_DIM_PAD]
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-            m_i = m_new
+            # Finite: every tile holds a valid position.
+            m_i, l_i, acc = online_softmax_step(scores, v, m_i, l_i, acc, DOT_PRECISION)
 
     # 2. The new tokens themselves, causally: row i sees new tokens 0..i.
     for tile_start in range(0, new_end, BLOCK_N):
@@ -118,15 +114,10 @@ def _prefix_prefill_kernel(
                     mask=kv_mask, other=0.0)                                        # [BLOCK_N, HEAD_DIM_PAD]
         scores = tl.dot(q.to(k.dtype), tl.trans(k), input_precision=DOT_PRECISION) * scale_log2   # [BLOCK_M, BLOCK_N]
         scores = tl.where(col_ok[None, :] & (cols[None, :] <= rows[:, None]), scores, float("-inf"))
-        # Finite: the first tile holds new token 0, which every row sees, so m_i is finite from then on.
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-        p = tl.exp2(scores - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
         v = tl.load(value_ptr + tokens * stride_v_tok + kv_head * stride_v_head + dims[None, :],
                     mask=kv_mask, other=0.0)                                        # [BLOCK_N, HEAD_DIM_PAD]
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-        m_i = m_new
+        # Finite: the first tile holds new token 0, which every row sees, so m_i is finite from then on.
+        m_i, l_i, acc = online_softmax_step(scores, v, m_i, l_i, acc, DOT_PRECISION)
 
     out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
     tl.store(out_ptr + (first_token + rows[:, None]) * stride_o_tok + head * stride_o_head + dims[None, :],

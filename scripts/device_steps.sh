@@ -1,10 +1,13 @@
-# The device scripts' shared steps (sourced by scripts/gpu_check.sh and scripts/gpu_claim.sh, after they set
-# OUTDIR and PACK, the archive's name under OUTDIR): the interpreter, the carried wheels, `step` and `pack`.
+# The device scripts' shared steps (sourced by scripts/gpu_check.sh and scripts/gpu_claim.sh from the
+# repository root, after they set OUTDIR, relative to the root or absolute, and PACK, the archive's name under
+# OUTDIR): OUTDIR made and absolute, the interpreter, the carried wheels, `step` and `pack`.
 #   PY      the interpreter (default: .venv/bin/python where it exists, else python3)
 #   WHEELS  the carried wheels (default wheels/: `bash scripts/fetch_wheels.sh` here)
 #   SITE    where the missing modules are installed (default .device-site/)
 # `step NAME TIMEOUT_S COMMAND...` runs one step under a time limit, logs it to OUTDIR/NAME.log, appends its
 # verdict to OUTDIR/summary.txt, counts it in FAILED when it fails, and packs OUTDIR into OUTDIR/$PACK.
+mkdir -p "$OUTDIR"
+OUTDIR="$(cd "$OUTDIR" && pwd)"
 export PYTHONUNBUFFERED=1
 if [ -z "${PY:-}" ]; then
     PY=python3

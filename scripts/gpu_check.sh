@@ -29,8 +29,6 @@
 set -u
 OUTDIR="${1:?usage: bash scripts/gpu_check.sh OUTDIR}"
 cd "$(dirname "$0")/.."
-mkdir -p "$OUTDIR"
-OUTDIR="$(cd "$OUTDIR" && pwd)"
 PACK=gpu_check.tar.gz
 source scripts/device_steps.sh
 DRY_RUN="${DRY_RUN:-0}"

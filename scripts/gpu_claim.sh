@@ -20,8 +20,6 @@
 set -u
 OUTDIR="${1:?usage: bash scripts/gpu_claim.sh OUTDIR}"
 cd "$(dirname "$0")/.."
-mkdir -p "$OUTDIR"
-OUTDIR="$(cd "$OUTDIR" && pwd)"
 PACK=gpu_claim.tar.gz
 source scripts/device_steps.sh
 DRY_RUN="${DRY_RUN:-0}"

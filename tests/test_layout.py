@@ -8,6 +8,7 @@ import pytest
 from pagedbench.paths import CONF, DATA, DOCS, ROOT
 
 LIBRARY = ("engines", "kernels", "workloads", "results", "hydra_plugins")
+CODE_SUFFIXES = (".py", ".c")    # .c: the native CPU kernels (kernels/cpu_attention.c)
 COMMANDS = ["pagedbench.workloads.stats", "pagedbench.workloads.write_trace", "pagedbench.results.sweeps.capacity", "pagedbench.results.sweeps.sustainable",
             "pagedbench.results.report.aggregate", "pagedbench.results.report.write", "pagedbench.studies.profile", "pagedbench.studies.fit", "pagedbench.studies.replay",
             "pagedbench.studies.beam_check", "pagedbench.studies.swap_cost", "pagedbench.studies.swap_bench", "pagedbench.studies.kernel_bench",
@@ -33,7 +34,7 @@ def imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize("folder", LIBRARY + ("studies",))
 def test_code_folders_hold_no_data_files(folder):
     data = [p.relative_to(ROOT) for p in (ROOT / folder).rglob("*")
-            if p.is_file() and p.suffix != ".py" and "__pycache__" not in p.parts]
+            if p.is_file() and p.suffix not in CODE_SUFFIXES and "__pycache__" not in p.parts]
     assert not data, f"data files inside a code folder: {data}"
 
 

@@ -424,8 +424,9 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
         response = await unless_gone(request, request_id, whole(parsed, reply, stream, request_id))
         return Response(status_code=CLIENT_GONE) if response is None else response
 
-    async def unless_gone(request: Request, request_id: int, work):
-        """`work`'s result; None when the client went away first (its request is then aborted)."""
+    async def unless_gone(request: Request, request_ids: int | list[int], work):
+        """`work`'s result; None when the client went away first (its requests, one id or several, are then
+        aborted)."""
         task, gone = asyncio.ensure_future(work), asyncio.ensure_future(disconnected(request))
         try:
             await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
@@ -433,7 +434,8 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
             gone.cancel()
             if not task.done():
                 task.cancel()
-                service.abort(request_id)
+                for request_id in ([request_ids] if isinstance(request_ids, int) else request_ids):
+                    service.abort(request_id)
         return task.result() if not task.cancelled() else None
 
     def failure(event: Event) -> JSONResponse:
@@ -488,18 +490,9 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
 
         async def all_of():
             return await asyncio.gather(*(collect(parsed, stream, rid) for rid, stream in submitted))
-        task, gone = asyncio.ensure_future(all_of()), asyncio.ensure_future(disconnected(request))
-        try:
-            await asyncio.wait((task, gone), return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-            if not task.done():
-                task.cancel()
-                for rid, _ in submitted:
-                    service.abort(rid)
-        if task.cancelled():
+        results = await unless_gone(request, [rid for rid, _ in submitted], all_of())
+        if results is None:
             return Response(status_code=CLIENT_GONE)
-        results = task.result()
         failed = next((r for r in results if isinstance(r, Event)), None)
         if failed is not None:
             for rid, _ in submitted:
