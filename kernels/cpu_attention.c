@@ -38,6 +38,11 @@ static inline bf16 bf16_from(float x) {        /* round to nearest even, NaN kep
     return (bf16)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16);
 }
 
+/* The slot holding position p of a sequence: through its block table (paged), or from its region's start. */
+static inline int64_t slot_of(const int32_t *table, int64_t block_size, int64_t start, int64_t p) {
+    return table ? (int64_t)table[p / block_size] * block_size + p % block_size : start + p;
+}
+
 /* One sequence: q [H, D] (fp32), its context of `len` slots given by `slot_of`, into acc [H, D]. */
 #define DEFINE_DECODE(T, LOAD, FROM)                                                                          \
 int decode_attention_##T(const T *query, const T *k_cache, const T *v_cache, T *out,                        \
@@ -55,7 +60,8 @@ int decode_attention_##T(const T *query, const T *k_cache, const T *v_cache, T *
     for (int64_t s = 0; s < num_seqs && !code; s++) {                                                        \
         const int64_t len = lens[s];                                                                         \
         const int32_t *table = tables ? tables + s * table_stride : NULL;                                    \
-        if (!table && (starts[s] < 0 || starts[s] + len > num_slots)) { code = 2; break; }                   \
+        const int64_t start = table ? 0 : starts[s];                                                         \
+        if (!table && (start < 0 || start + len > num_slots)) { code = 2; break; }                           \
         if (table) {                                                                                         \
             for (int64_t b = 0; b < (len + block_size - 1) / block_size; b++)                                \
                 if (table[b] < 0 || table[b] >= num_blocks) code = 1;                                        \
@@ -67,9 +73,7 @@ int decode_attention_##T(const T *query, const T *k_cache, const T *v_cache, T *
         }                                                                                                    \
         /* K: every query head's score at every position, slot by slot. */                                   \
         for (int64_t p = 0; p < len; p++) {                                                                  \
-            const int64_t slot = table ? (int64_t)table[p / block_size] * block_size + p % block_size        \
-                                       : starts[s] + p;                                                      \
-            const T *k = k_cache + slot * row;                                                               \
+            const T *k = k_cache + slot_of(table, block_size, start, p) * row;                               \
             for (int64_t h = 0; h < num_heads; h++) {                                                        \
                 const T *kh = k + (h / group) * head_dim;                                                    \
                 const float *qh = q + h * head_dim;                                                          \
@@ -88,9 +92,7 @@ int decode_attention_##T(const T *query, const T *k_cache, const T *v_cache, T *
         }                                                                                                    \
         /* V: the weighted rows, slot by slot. */                                                            \
         for (int64_t p = 0; p < len; p++) {                                                                  \
-            const int64_t slot = table ? (int64_t)table[p / block_size] * block_size + p % block_size        \
-                                       : starts[s] + p;                                                      \
-            const T *v = v_cache + slot * row;                                                               \
+            const T *v = v_cache + slot_of(table, block_size, start, p) * row;                               \
             for (int64_t h = 0; h < num_heads; h++) {                                                        \
                 const T *vh = v + (h / group) * head_dim;                                                    \
                 float *ah = acc + h * head_dim;                                                              \

@@ -63,11 +63,11 @@ def _compiler() -> str:
     named = os.environ.get("CC")
     cc = shutil.which(named) if named else shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if named and not cc:
-        raise NativeUnavailable(f"the C compiler CC={named} was not found; the torch references run instead "
-                                "with backend.kernels=torch")
+        raise NativeUnavailable(f"the C compiler CC={named} was not found; set backend.kernels=torch to run "
+                                "the torch references instead")
     if not cc:
-        raise NativeUnavailable("no C compiler found (set CC, or install gcc); the torch references run instead "
-                                "with backend.kernels=torch")
+        raise NativeUnavailable("no C compiler found (set CC, or install gcc); set backend.kernels=torch to "
+                                "run the torch references instead")
     return cc
 
 
@@ -131,6 +131,16 @@ def _check(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) ->
                          f"{k_cache.shape[-1]}: [num_seqs, a multiple of the KV heads, head_dim] expected")
 
 
+def _decode_inputs(query: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, context_lens: torch.Tensor,
+                   layout: str) -> torch.Tensor:
+    """The checks both decode kernels make, for a cache of `layout` ("[num_blocks, block_size, num_kv_heads,
+    head_dim]" or "[num_slots, num_kv_heads, head_dim]"); the context lengths as a dense int32 vector."""
+    _check(query, k_cache, v_cache)
+    if k_cache.dim() != layout.count(",") + 1:
+        raise ValueError(f"k_cache must be {layout}, got {tuple(k_cache.shape)}")
+    return _int_vector("context_lens", context_lens, torch.int32, query.shape[0])
+
+
 def _int_vector(name: str, t: torch.Tensor, dtype: torch.dtype, num: int) -> torch.Tensor:
     if t.dim() != 1 or t.shape[0] != num:
         raise ValueError(f"{name} must have shape ({num},), got {tuple(t.shape)}")
@@ -163,11 +173,8 @@ def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, 
                            num_stages: int | None = None,  # load pipelining stages (Triton only; ignored here)
                            ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context, read in place through its block table."""
-    _check(query, k_cache, v_cache)
-    if k_cache.dim() != 4:
-        raise ValueError(f"k_cache must be [num_blocks, block_size, num_kv_heads, head_dim], got {tuple(k_cache.shape)}")
+    lens = _decode_inputs(query, k_cache, v_cache, context_lens, "[num_blocks, block_size, num_kv_heads, head_dim]")
     num_seqs = query.shape[0]
-    lens = _int_vector("context_lens", context_lens, torch.int32, num_seqs)
     tables = block_tables if block_tables.dtype == torch.int32 else block_tables.to(torch.int32)
     if tables.dim() != 2 or tables.shape[0] < num_seqs or (tables.shape[1] > 1 and tables.stride(1) != 1):
         raise ValueError(f"block_tables must be [num_seqs, max_blocks] with dense rows, got shape "
@@ -190,12 +197,8 @@ def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_he
                                 num_stages: int | None = None,  # load pipelining stages (ignored here)
                                 ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context at (start, length) in the arena, in place."""
-    _check(query, k_cache, v_cache)
-    if k_cache.dim() != 3:
-        raise ValueError(f"k_cache must be [num_slots, num_kv_heads, head_dim], got {tuple(k_cache.shape)}")
-    num_seqs = query.shape[0]
-    lens = _int_vector("context_lens", context_lens, torch.int32, num_seqs)
-    starts = _int_vector("seq_starts", seq_starts, torch.int64, num_seqs)
+    lens = _decode_inputs(query, k_cache, v_cache, context_lens, "[num_slots, num_kv_heads, head_dim]")
+    starts = _int_vector("seq_starts", seq_starts, torch.int64, query.shape[0])
     return _decode(query, k_cache, v_cache, None, 0, 1, 0, starts.data_ptr(), k_cache.shape[0], lens, scale)
 
 

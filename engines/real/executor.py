@@ -15,6 +15,7 @@ from pagedbench.engines.real.kv_cache import KVCache
 from pagedbench.engines.real.logprobs import TokenLogprobs, token_logprobs
 from pagedbench.engines.real.sampling import Sampling, sample
 from pagedbench.engines.real.swap import swap_blocks
+from pagedbench.engines.real.tables import TableMirror
 from pagedbench.engines.real.vocab import check_choice, fit_prompt
 from pagedbench.engines.sequence import Sequence
 
@@ -57,6 +58,8 @@ class RealExecutor:
         self.host = host              # the host pool's blocks (paged swapping), or None
         self.seed = seed
         self.paged = kv.paged
+        self._on_cpu = device.type == "cpu"
+        self._inference = torch.inference_mode()
         self.vocab_size = model.config.vocab_size
         self.out_of_vocab = out_of_vocab
         self.wrapped: set[int] = set()     # requests whose prompt held ids outside the vocabulary (wrap)
@@ -73,6 +76,7 @@ class RealExecutor:
         # The log-probabilities of each step's tokens for the requests whose sampling asks (`Sampling.logprobs`), by
         # request id, one per row; the server takes them after each step (engines/real/logprobs.py).
         self.token_logprobs: dict[int, list[TokenLogprobs]] = {}
+        self._mirror = TableMirror()   # the paged decode steps' block tables, kept between steps
         self.graphs = None
         if cuda_graphs:
             max_blocks = -(-model.config.max_position_embeddings // kv.block_size) if self.paged else 0
@@ -96,8 +100,8 @@ class RealExecutor:
     def _tensor(self, values, dtype) -> torch.Tensor:
         """A list (or numpy array) as a tensor on the device. Through numpy: torch.tensor(list) took 54 ns an
         element here, numpy a third of that, and a step builds thousands (its block tables)."""
-        array = np.asarray(values, dtype=NUMPY[dtype])
-        return torch.from_numpy(array).to(self.device)
+        tensor = torch.from_numpy(np.asarray(values, dtype=NUMPY[dtype]))
+        return tensor if self._on_cpu else tensor.to(self.device)
 
     @staticmethod
     def _table_array(tables: list[list[int]]) -> np.ndarray:
@@ -144,27 +148,36 @@ class RealExecutor:
         """One row per decode row, then the padding rows: the last token fed at its position, the slot it is
         stored in, the context each row reads, and the rows' block tables (paged) or region starts (contiguous).
         The slots are computed from the tables or starts in numpy, not asked of the KV manager position by
-        position."""
-        rows = [(seq, row) for seq in batch.decode for row in range(seq.width)]
-        padding = [(seq, row) for seq in batch.padding for row in range(seq.width)]
-        everyone = rows + padding
-        ids = [(seq.row_token_ids[row] if row else seq.output_token_ids)[-1] for seq, row in rows]
-        ids += [PAD_TOKEN] * len(padding)
+        position; the tables come from the persistent mirror, which writes only the blocks rows took since the
+        last step (engines/real/tables.py)."""
+        if batch.padding or any(seq.width > 1 for seq in batch.decode):
+            rows = [(seq, row) for seq in batch.decode for row in range(seq.width)]
+            padding = [(seq, row) for seq in batch.padding for row in range(seq.width)]
+            ids = [(seq.row_token_ids[row] if row else seq.output_token_ids)[-1] for seq, row in rows]
+            ids += [PAD_TOKEN] * len(padding)
+        else:                                   # the usual step: single rows, no padding
+            rows = [(seq, 0) for seq in batch.decode]
+            padding = []
+            ids = [seq.output_token_ids[-1] for seq in batch.decode]
+        everyone = rows + padding if padding else rows
         # The last generated token is fed at position length - 1; a padding row (finished, kept in the batch)
         # is computed at its last position over one token fewer, and stores nothing.
-        pos = np.array([seq.length for seq, _ in everyone], dtype=np.int64) - 1
+        pos = np.array([seq.prompt_len + seq.generated for seq, _ in everyone], dtype=np.int64) - 1
         lens = pos + 1
         lens[len(rows):] -= 1
         if self.paged:
-            tables = self._table_array([self.kv.table(seq, row) for seq, row in everyone])
+            table = self.kv.table
+            tables = self._mirror.gather([(seq.id, row) for seq, row in everyone],
+                                         [table(seq, row) for seq, row in everyone], rewrite=bool(batch.moves))
             bs = self.kv.block_size
             slots = tables[np.arange(len(everyone)), pos // bs].astype(np.int64) * bs + pos % bs
             starts = None
         else:
             tables = None
             # Asked once per row, at its new position: the manager checks that the row's region holds it.
-            starts = np.array([self.kv.slots(seq, seq.length - 1, seq.length, row)[0] for seq, row in rows] +
-                              [self.kv.slots(seq, 0, 1, row)[0] for seq, row in padding], dtype=np.int64)
+            at = self.kv.slots
+            starts = np.array([at(seq, p, p + 1, row)[0] for (seq, row), p in zip(rows, pos.tolist())] +
+                              [at(seq, 0, 1, row)[0] for seq, row in padding], dtype=np.int64)
             starts[:len(rows)] -= pos[:len(rows)]
             slots = starts + pos
         slots[len(rows):] = -1
@@ -211,22 +224,22 @@ class RealExecutor:
                 k[dst] = k[src]      # the sources are read whole before any destination is written
                 v[dst] = v[src]
 
-    @torch.inference_mode()
     def forward(self, ids: list[int], pos, last: list[int] | None, ctx: IterationContext) -> torch.Tensor:
         """Logits at the `last` positions of one packed forward pass (None: at every position, one per row of a
         decode step). Prompt ids were checked (`check_prompt`) before they came here: with `wrap` they are
         folded into the vocabulary here, on the device."""
-        input_ids = self._tensor(ids, torch.int64)[None]
-        if self.wrapped:
-            input_ids.remainder_(self.vocab_size)
-        position_ids = self._tensor(pos, torch.int64)[None]
-        set_context(ctx)
-        try:
-            out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
-                             logits_to_keep=0 if last is None else self._tensor(last, torch.int64))
-        finally:
-            set_context(None)
-        return out.logits[0]
+        with self._inference:         # one inference-mode guard, entered each step (not built anew each call)
+            input_ids = self._tensor(ids, torch.int64)[None]
+            if self.wrapped:
+                input_ids.remainder_(self.vocab_size)
+            position_ids = self._tensor(pos, torch.int64)[None]
+            set_context(ctx)
+            try:
+                out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
+                                 logits_to_keep=0 if last is None else self._tensor(last, torch.int64))
+            finally:
+                set_context(None)
+            return out.logits[0]
 
     def _sample(self, logits: torch.Tensor) -> list[int]:
         if self.temperature <= 0:
@@ -261,6 +274,12 @@ class RealExecutor:
     def _emit(self, batch: Batch, logits: torch.Tensor) -> None:
         """Turn the logits of the advancing rows into each row's next token (and, for a request whose own sampling
         asks, the tokens' log-probabilities)."""
+        if (not batch.prefill and not self.request_sampling and self.temperature <= 0
+                and len(batch.decode) == logits.shape[0]):
+            # The usual decode step: greedy single rows, one logits row each, no request with its own sampling.
+            for seq, token in zip(batch.decode, logits.argmax(dim=-1).tolist()):
+                seq.output_token_ids.append(token)
+            return
         groups, start = [], 0
         for seq in batch.prefill:
             groups.append((seq, start, 1))

@@ -446,10 +446,14 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
     def echo(parsed: ParsedRequest, prompt_ids: list[int]) -> str:
         return service.text.decode(prompt_ids) if parsed.echo else ""
 
+    def outputs(parsed: ParsedRequest) -> list[ChoiceOutput]:
+        """A `ChoiceOutput` per row of the request (its width: max(n, best_of); n when it streams)."""
+        return [ChoiceOutput(service.text.decoder(), parsed.max_tokens, parsed.stop, parsed.stop_token_ids)
+                for _ in range(parsed.width)]
+
     async def collect(parsed: ParsedRequest, stream: Stream, request_id: int):
         """A request's tokens to their end, a `ChoiceOutput` per row, or the event that failed it."""
-        outs = [ChoiceOutput(service.text.decoder(), parsed.max_tokens, parsed.stop, parsed.stop_token_ids)
-                for _ in range(parsed.width)]
+        outs = outputs(parsed)
         while True:
             for event in await ready_events(stream):
                 if event.kind == "finished":
@@ -507,8 +511,7 @@ def build_app(service: EngineService, api_key: str | list[str] | tuple[str, ...]
                   first: list[Event]) -> AsyncIterator[str]:
         """The stream of one prompt's n choices (best_of > n does not stream): chunks per choice index, each
         choice's finish, the usage of them all, [DONE]."""
-        outs = [ChoiceOutput(service.text.decoder(), parsed.max_tokens, parsed.stop, parsed.stop_token_ids)
-                for _ in range(parsed.n)]
+        outs = outputs(parsed)                 # as many as n: best_of > n does not stream
         offsets = [0] * parsed.n               # each choice's text_offset (completions' logprobs)
         events, done, prompt = first, False, echo(parsed, parsed.prompt_ids)
 
