@@ -2,10 +2,12 @@
 
     python -m pagedbench.studies.kernel_bench --out DIR  # DIR/kernel_bench.{csv,json}: paged/contiguous ratios
     python -m pagedbench.studies.kernel_bench --out DIR --num-stages 0 2 3 4     # the pipelining knob (0: default)
+    python -m pagedbench.studies.kernel_bench --out DIR --flex --batches 32 --context-lens 1024 4096 --block-sizes 16
 
 Beside each paged/contiguous pair it times torch's own SDPA on the same
 contiguous K/V (a dense [batch, heads, context, dim] layout: its flash or
-memory-efficient backend), as an outside reference for speed, and it
+memory-efficient backend), as an outside reference for speed (with `--flex`
+also torch's flex_attention on the paged inputs: studies/flex_paged.py), and it
 measures two ceilings to set achieved bandwidth against: a read-only stream
 (a sum over one large buffer: bytes read / time), the ceiling of a decode
 kernel, which only reads K and V; and a copy (bytes read + written / time),
@@ -43,6 +45,7 @@ from pathlib import Path
 import torch
 
 from pagedbench.kernels.ops import load_ops
+from pagedbench.studies.flex_paged import flex_paged_decode_attention, paged_block_mask
 from pagedbench.studies.row_log import RowLog
 from pagedbench.studies.memory_plan import (FREE_FRACTION, WORKSPACE_BYTES, StepPlan, device_memory, gib, host_available_bytes,
                                  report)
@@ -141,8 +144,9 @@ def input_budget(free: int) -> int:
 
 def decode_calls(layout: str, batch: int, context_len: int, block_size: int = 16, num_splits: int = 1,
                  num_stages: int | None = None, num_copies: int | None = None) -> list:
-    """One call of the decode kernel per copy of its inputs (`sdpa`: torch's attention on dense K/V);
-    `num_copies` copies, or as many as overflow L2."""
+    """One call of the decode kernel per copy of its inputs (`sdpa`: torch's attention on dense K/V; `flex`:
+    torch's flex_attention on the paged inputs, studies/flex_paged.py); `num_copies` copies, or as many as
+    overflow L2."""
     ops = load_ops("auto")
     calls = []
     for _ in range(num_copies or copies(kv_bytes_read(batch, context_len))):
@@ -150,6 +154,10 @@ def decode_calls(layout: str, batch: int, context_len: int, block_size: int = 16
             args = paged_inputs(batch, context_len, block_size)
             calls.append(lambda args=args: ops.paged_decode_attention(*args, num_splits=num_splits,
                                                                       num_stages=num_stages))
+        elif layout == "flex":     # flex_attention over the same paged inputs, its block mask built here
+            args = paged_inputs(batch, context_len, block_size)
+            mask = paged_block_mask(args[3], args[4], args[1].shape[0], block_size)
+            calls.append(lambda args=args, mask=mask: flex_paged_decode_attention(*args, block_mask=mask))
         elif layout == "contiguous":
             args = contiguous_inputs(batch, context_len)
             calls.append(lambda args=args: ops.contiguous_decode_attention(*args, num_splits=num_splits,
@@ -246,10 +254,13 @@ def resolve_splits(num_splits: int, batch: int, context_len: int) -> int:
 
 
 def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), ceiling_gbps=None,
-          rows_csv: Path | None = None, skipped: list[str] | None = None, read_gbps=None) -> list[dict]:
+          rows_csv: Path | None = None, skipped: list[str] | None = None, read_gbps=None,
+          flex: bool = False) -> list[dict]:
     """Paged and contiguous decode latency per (batch, context, pipelining stages, block size), with the
     paged/contiguous ratio, torch SDPA's time on the same K/V, and bandwidth against the read-only stream
     (`read_gbps`), the copy ceiling and the datasheet peak.
+    `flex`: flex_attention's paged decode on the same paged inputs too, per block size (its time, paged / flex,
+    and its share of the read-only stream), or its error where it fails.
     Each row is appended to `rows_csv` (flushed) as it is measured; a case whose inputs do not fit the
     memory free is skipped and named in `skipped`."""
     rows = []
@@ -296,6 +307,9 @@ def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), 
                         contiguous_read_fraction=base_bw["gbps"] / read_gbps if read_gbps else None,
                         sdpa_read_fraction=sdpa_bw["gbps"] / read_gbps if read_gbps else None,
                         copies=fit))
+                    if flex:
+                        rows[-1].update(flex_columns(batch, context_len, block_size, fit, kv_bytes, t["mean_us"],
+                                                     read_gbps))
                     log.append(rows[-1])
                     print(f"batch {batch:3d} context {context_len:5d} stages {stage or '-'} block {block_size:3d}: "
                           f"paged {t['mean_us']:9.1f} us, sdpa {sdpa['mean_us']:9.1f} us, "
@@ -304,6 +318,21 @@ def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), 
                 if CUDA:
                     torch.cuda.empty_cache()
     return rows
+
+
+def flex_columns(batch: int, context_len: int, block_size: int, fit: int, kv_bytes: int, paged_us: float,
+                 read_gbps: float | None) -> dict:
+    """flex_attention's time on the case's paged inputs, paged / flex, and flex's share of the read-only stream;
+    where flex fails (an old torch, a compile error), its error instead of the figures."""
+    try:
+        f = time_us(decode_calls("flex", batch, context_len, block_size, num_copies=fit))
+    except Exception as err:    # an outside reference: its failure is recorded, the sweep goes on
+        print(f"batch {batch} context {context_len} block {block_size}: flex_attention failed: {err!r}", flush=True)
+        return dict(flex_mean_us=None, paged_over_flex=None, flex_read_fraction=None,
+                    flex_error=f"{type(err).__name__}: {err}"[:300])
+    gbps = bandwidth(kv_bytes, f["mean_us"])["gbps"]
+    return dict(flex_mean_us=f["mean_us"], paged_over_flex=paged_us / f["mean_us"],
+                flex_read_fraction=gbps / read_gbps if read_gbps else None, flex_error="")
 
 
 def plan(device: str, batches, context_lens, block_sizes) -> StepPlan:
@@ -342,6 +371,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-splits", type=int, default=1, help="split-K partitions (1 = single pass, 0 = choose)")
     parser.add_argument("--num-stages", type=int, nargs="+", default=[0],
                         help="Triton load-pipelining stages to try (0 = Triton's default)")
+    parser.add_argument("--flex", action="store_true", help="also time torch's flex_attention on the paged inputs "
+                        "(a second outside reference, compiled on a GPU: one compile per case)")
     parser.add_argument("--plan", metavar="HARDWARE", help="print the planned peak device memory on this GPU "
                         "(conf/hardware/NAME.yaml; its layer shape and default grid) and exit: 0 if it fits, 2 if not")
     args = parser.parse_args(argv)
@@ -360,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
           f"ceiling)", flush=True)
     skipped: list[str] = []
     rows = sweep(batches, context_lens, block_sizes, args.num_splits, args.num_stages, ceiling,
-                 rows_csv=args.out / "kernel_bench.rows.csv", skipped=skipped, read_gbps=read)
+                 rows_csv=args.out / "kernel_bench.rows.csv", skipped=skipped, read_gbps=read, flex=args.flex)
     if not rows:
         print("error: no case fits the memory free; nothing measured", file=sys.stderr)
         return 2
