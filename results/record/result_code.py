@@ -72,10 +72,11 @@ NOT_RESULTS = {
 SIM_UNUSED = ("engines/real", "engines/serving", "kernels", "engines/peers/http_client.py",
               "engines/peers/http_config.py", "engines/peers/server_process.py", "engines/peers/sse.py",
               "engines/peers/transformers_cb.py", "engines/peers/transformers_config.py", "studies/beam_check.py",
-              "studies/calibration.py", "studies/claim.py", "studies/claim_steps.py", "studies/fit.py", "studies/hf_generate.py", "studies/kernel_bench.py",
-              "studies/memory_plan.py", "studies/peers.py", "studies/profile.py", "studies/quiet_steps.py",
-              "studies/replay.py", "studies/replay_compare.py", "studies/replay_runs.py", "studies/row_log.py",
-              "studies/swap_bench.py", "studies/swap_cost.py")
+              "studies/calibration.py", "studies/claim.py", "studies/claim_steps.py", "studies/fit.py",
+              "studies/flex_paged.py", "studies/hf_generate.py", "studies/kernel_bench.py", "studies/memory_plan.py",
+              "studies/peers.py", "studies/profile.py", "studies/quiet_steps.py", "studies/replay.py",
+              "studies/replay_compare.py", "studies/replay_runs.py", "studies/row_log.py", "studies/swap_bench.py",
+              "studies/swap_cost.py")
 # Under RESULT_PATHS, what only a capacity search runs: the search, Hydra's sweeper plugin that drives it and the
 # sweeper's config. Hydra imports its plugins in every run.py process, so a run at fixed rates imports these
 # files but runs none of their code (tests/results/test_result_scope.py traces such runs).
