@@ -2,6 +2,7 @@
 
     python scripts/host_step_bench.py                       # paged and orca_oracle, 1 / 32 / 128 rows
     python scripts/host_step_bench.py --rows 32 --engines paged --steps 200
+    python scripts/host_step_bench.py --static              # the static-shape step (backend.cuda_graphs), eager here
 
 What is timed is `RealExecutor.execute(batch)` of decode steps, whose forward returns prepared logits at once:
 the Python that turns a batch into the model's inputs (token ids, positions, slot mapping, context lengths,
@@ -9,7 +10,9 @@ block tables or region starts), the attention metadata, and the tokens read back
 own step is not timed. Every request has a 256-token prompt and never finishes during the measure, so each
 step decodes exactly `rows` rows. The logits are [rows, 16]: the argmax over a real vocabulary is the model's
 work, not the host's. Printed per engine and row count: min / median / max microseconds a step over `--repeat`
-blocks of `--steps` steps (each block's mean), torch on one thread.
+blocks of `--steps` steps (each block's mean), torch on one thread. `--static` times the static-shape decode
+step instead (`backend.cuda_graphs=true`: persistent buffers, row buckets, the argmax into a token buffer; on a
+GPU its forward is a CUDA graph, here it runs eagerly over the same buffers): the host work a GPU step pays.
 """
 from __future__ import annotations
 
@@ -36,8 +39,8 @@ VOCAB = 16
 class NoOpModel:
     """Stands in for the model: the config the executor reads, and a forward that returns ready logits."""
 
-    def __init__(self, rows: int):
-        self.config = SimpleNamespace(vocab_size=50272)
+    def __init__(self, rows: int, max_len: int):
+        self.config = SimpleNamespace(vocab_size=50272, max_position_embeddings=max_len)
         self.logits = torch.zeros(1, rows, VOCAB)
 
     def __call__(self, input_ids, position_ids, use_cache, logits_to_keep):
@@ -45,7 +48,7 @@ class NoOpModel:
         return SimpleNamespace(logits=self.logits[:, :rows])
 
 
-def decode_steps(engine_name: str, rows: int, steps: int, repeat: int) -> list[float]:
+def decode_steps(engine_name: str, rows: int, steps: int, repeat: int, static: bool = False) -> list[float]:
     """Seconds per decode step, the mean of each block of `steps`."""
     config = engine_config(dict(name=engine_name, block_size=16) if engine_name == "paged" else
                            dict(name="orca", reservation="oracle"))
@@ -56,7 +59,8 @@ def decode_steps(engine_name: str, rows: int, steps: int, repeat: int) -> list[f
     # One layer of one head of width 1: the no-op forward reads nothing, and the layout is what the host builds.
     cache = allocate_kv(1, 1, 1, capacity, config.block_size if config.name == "paged" else None, torch.float32,
                         torch.device("cpu"))
-    executor = RealExecutor(NoOpModel(max(rows, PROMPT)), scheduler.kv, cache, load_ops("torch"), torch.device("cpu"))
+    executor = RealExecutor(NoOpModel(max(rows, PROMPT), PROMPT + output), scheduler.kv, cache, load_ops("torch"),
+                            torch.device("cpu"), cuda_graphs=static, max_rows=rows)
     engine = Engine(scheduler, executor)
     for i in range(rows):
         engine.add(Request(i, 0.0, tuple(range(1, PROMPT + 1)), output), 0.0)
@@ -79,6 +83,8 @@ def decode_steps(engine_name: str, rows: int, steps: int, repeat: int) -> list[f
             out = engine.step(0.0)
             assert out is not None and len(out.batch.decode) == rows and not out.batch.prefill
         means.append(spent / steps)
+    if static and executor.graphs.steps < steps * (repeat + 1):
+        raise RuntimeError("the decode steps did not take the static path")
     return means[1:]
 
 
@@ -88,6 +94,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rows", nargs="+", type=int, default=[1, 32, 128])
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--static", action="store_true", help="time the static-shape decode step (cuda_graphs)")
     args = parser.parse_args(argv)
     if min(args.rows) < 1 or args.steps < 1 or args.repeat < 1:
         parser.error("--rows, --steps and --repeat must be >= 1")
@@ -95,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{'engine':<12} {'rows':>5} {'us/step min':>12} {'median':>8} {'max':>8}")
     for name in args.engines:
         for rows in args.rows:
-            us = [1e6 * s for s in decode_steps("paged" if name == "paged" else "orca", rows, args.steps, args.repeat)]
+            us = [1e6 * s for s in decode_steps("paged" if name == "paged" else "orca", rows, args.steps, args.repeat,
+                                                args.static)]
             print(f"{name:<12} {rows:>5} {min(us):>12.1f} {statistics.median(us):>8.1f} {max(us):>8.1f}")
 
 
