@@ -124,11 +124,16 @@ def test_the_cli_refuses_bad_input_with_exit_2(capsys):
     assert "error: unknown engine 'nope'" in capsys.readouterr().err
 
 
+# Seconds each engine serves: the paged engine's prefills of the 64 waiting prompts take about 1 s on a quiet 2-core
+# machine before its first decode, so a busier one needs the margin for any request to finish (1.5 s failed once).
+SERVE_S = 3.0
+
+
 @pytest.mark.slow
 def test_the_whole_protocol_on_this_cpu(tmp_path, capsys):
     out = tmp_path / "claim"
-    assert claim.main(["--model", "tiny", "--engines", "orca_max,paged", "--trace", str(TRACE), "--serve-s", "1.5",
-                       "--kv-slots", "14400", "--out", str(out)]) == 0
+    assert claim.main(["--model", "tiny", "--engines", "orca_max,paged", "--trace", str(TRACE), "--serve-s",
+                       str(SERVE_S), "--kv-slots", "14400", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "paged / orca_max:" in printed
     table = pd.read_csv(out / "claim.csv")
@@ -146,7 +151,7 @@ def test_the_whole_protocol_on_this_cpu(tmp_path, capsys):
         iterations = pd.read_parquet(out / engine / "real" / "iterations.parquet")
         assert len(steps) == len(iterations) and steps["time_s"].tolist() == iterations["duration_s"].tolist()
         last = iterations["start_s"].iloc[-1]
-        assert last <= 1.5 + iterations["duration_s"].max()   # no iteration starts after the serving time
+        assert last <= SERVE_S + iterations["duration_s"].max()   # no iteration starts after the serving time
         assert (out / engine / "sim" / "summary.json").is_file()
     assert "fitted" in (out / "preset.yaml").read_text()
     with tarfile.open(out / "claim.tar.gz") as tar:
