@@ -77,6 +77,10 @@ class RealExecutor:
         # request id, one per row; the server takes them after each step (engines/real/logprobs.py).
         self.token_logprobs: dict[int, list[TokenLogprobs]] = {}
         self._mirror = TableMirror()   # the paged decode steps' block tables, kept between steps
+        # The contiguous engines' single rows: request id -> region start, and -> region size, asked once per
+        # admission (`_region_starts`).
+        self._starts: dict[int, int] = {}
+        self._sizes: dict[int, int] = {}
         self.graphs = None
         if cuda_graphs:
             max_blocks = -(-model.config.max_position_embeddings // kv.block_size) if self.paged else 0
@@ -127,6 +131,8 @@ class RealExecutor:
         cached = batch.prefill_cached or [0] * len(batch.prefill)
         for seq in batch.prefill:
             self.check_prompt(seq)
+            self._starts.pop(seq.id, None)   # its region is new (see `_region_starts`)
+            self._sizes.pop(seq.id, None)
         for seq, padded, skip in zip(batch.prefill, batch.prefill_lens, cached):
             tokens = list(seq.request.prompt_token_ids) + seq.output_token_ids
             real = len(tokens)                        # == seq.length
@@ -148,18 +154,28 @@ class RealExecutor:
         """One row per decode row, then the padding rows: the last token fed at its position, the slot it is
         stored in, the context each row reads, and the rows' block tables (paged) or region starts (contiguous).
         The slots are computed from the tables or starts in numpy, not asked of the KV manager position by
-        position; the tables come from the persistent mirror, which writes only the blocks rows took since the
-        last step (engines/real/tables.py)."""
-        if batch.padding or any(seq.width > 1 for seq in batch.decode):
-            rows = [(seq, row) for seq in batch.decode for row in range(seq.width)]
-            padding = [(seq, row) for seq in batch.padding for row in range(seq.width)]
-            ids = [(seq.row_token_ids[row] if row else seq.output_token_ids)[-1] for seq, row in rows]
-            ids += [PAD_TOKEN] * len(padding)
-        else:                                   # the usual step: single rows, no padding
-            rows = [(seq, 0) for seq in batch.decode]
-            padding = []
-            ids = [seq.output_token_ids[-1] for seq in batch.decode]
-        everyone = rows + padding if padding else rows
+        position; the tables come from the persistent mirror, which writes only the blocks lists took since the
+        last step (engines/real/tables.py), and a single row's region start is asked of the manager once (see
+        `_region_starts`)."""
+        decode = batch.decode
+        if not batch.padding and len(batch.decode_context_lens) == len(decode):
+            # The usual step: single rows (one context each), no padding; the scheduler's contexts are the rows'.
+            lens = np.array(batch.decode_context_lens, dtype=np.int64)
+            pos = lens - 1
+            ids = [seq.output_token_ids[-1] for seq in decode]
+            if self.paged:
+                tables = self._mirror.gather(list(map(self.kv.table, decode)), rewrite=bool(batch.moves))
+                bs = self.kv.block_size
+                block, offset = np.divmod(pos, bs)
+                slots = tables[np.arange(len(decode)), block].astype(np.int64) * bs + offset
+                return np.asarray(ids, dtype=np.int64), pos, lens, slots, tables, None
+            starts = self._region_starts(decode, pos)
+            return np.asarray(ids, dtype=np.int64), pos, lens, starts + pos, None, starts
+        rows = [(seq, row) for seq in decode for row in range(seq.width)]
+        padding = [(seq, row) for seq in batch.padding for row in range(seq.width)]
+        ids = [(seq.row_token_ids[row] if row else seq.output_token_ids)[-1] for seq, row in rows]
+        ids += [PAD_TOKEN] * len(padding)
+        everyone = rows + padding
         # The last generated token is fed at position length - 1; a padding row (finished, kept in the batch)
         # is computed at its last position over one token fewer, and stores nothing.
         pos = np.array([seq.prompt_len + seq.generated for seq, _ in everyone], dtype=np.int64) - 1
@@ -167,8 +183,7 @@ class RealExecutor:
         lens[len(rows):] -= 1
         if self.paged:
             table = self.kv.table
-            tables = self._mirror.gather([(seq.id, row) for seq, row in everyone],
-                                         [table(seq, row) for seq, row in everyone], rewrite=bool(batch.moves))
+            tables = self._mirror.gather([table(seq, row) for seq, row in everyone], rewrite=bool(batch.moves))
             bs = self.kv.block_size
             slots = tables[np.arange(len(everyone)), pos // bs].astype(np.int64) * bs + pos % bs
             starts = None
@@ -182,6 +197,34 @@ class RealExecutor:
             slots = starts + pos
         slots[len(rows):] = -1
         return np.asarray(ids, dtype=np.int64), pos, lens, slots, tables, starts
+
+    def _region_starts(self, decode: list[Sequence], pos: np.ndarray) -> np.ndarray:
+        """The region start of each single-row sequence of a contiguous decode step. A single row's region is
+        placed at its admission and stays until it is freed (only a group of rows hands regions between rows, in
+        `fork`); every admission, a readmission after a recompute included, is followed by the sequence's
+        prefill, which drops its entries (`_prefill_context`). So each sequence asks the manager once, at its first
+        decode step, for its start and its region's size; each step then checks every row's position against its
+        size in numpy, and a position past it is asked of the manager, which raises its own error."""
+        keys = [seq.id for seq in decode]
+        n = len(keys)
+        try:
+            starts = np.fromiter(map(self._starts.get, keys), dtype=np.int64, count=n)
+        except TypeError:                               # a sequence's first decode step: asked of the manager
+            at, size = self.kv.slots, self.kv.region_size
+            for seq, p in zip(decode, pos.tolist()):
+                if seq.id not in self._starts:
+                    self._starts[seq.id] = at(seq, p, p + 1)[0] - p
+                    self._sizes[seq.id] = size(seq)
+            if len(self._starts) > 2 * n + 64:          # entries of finished requests: dropped now and then
+                self._starts = {key: self._starts[key] for key in keys}
+                self._sizes = {key: self._sizes[key] for key in keys}
+            starts = np.fromiter(map(self._starts.get, keys), dtype=np.int64, count=n)
+        sizes = np.fromiter(map(self._sizes.get, keys), dtype=np.int64, count=n)
+        if (pos >= sizes).any():
+            i = int(np.argmax(pos >= sizes))
+            self.kv.slots(decode[i], int(pos[i]), int(pos[i]) + 1)
+            raise RuntimeError(f"request {keys[i]}: position {pos[i]} is past its region of {sizes[i]} slots")
+        return starts
 
     def _decode_context(self, batch: Batch):
         ids, pos, lens, slots, tables, starts = self._decode_arrays(batch)
@@ -229,10 +272,10 @@ class RealExecutor:
         decode step). Prompt ids were checked (`check_prompt`) before they came here: with `wrap` they are
         folded into the vocabulary here, on the device."""
         with self._inference:         # one inference-mode guard, entered each step (not built anew each call)
-            input_ids = self._tensor(ids, torch.int64)[None]
+            input_ids = self._tensor(np.asarray(ids, dtype=np.int64)[None], torch.int64)
             if self.wrapped:
                 input_ids.remainder_(self.vocab_size)
-            position_ids = self._tensor(pos, torch.int64)[None]
+            position_ids = self._tensor(np.asarray(pos, dtype=np.int64)[None], torch.int64)
             set_context(ctx)
             try:
                 out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,

@@ -2,15 +2,17 @@
 
 A decode step needs every row's block table as one [rows, width] int32 array. Building it from the KV manager's
 lists each step costs Python per block (a row of 1,000 tokens holds 63 blocks of 16), though a step changes few
-of them: a row takes a new block once every `block_size` steps. `TableMirror` keeps each row's table in a row of
-one array and, each step, writes only the blocks a row took since the last: the step's array is then one gather
+of them: a row takes a new block once every `block_size` steps. `TableMirror` keeps each table list in a row of
+one array and, each step, writes only the blocks a list took since the last: the step's array is then one gather
 of its rows.
 
-What it relies on, from `engines/kv/block_tables.py`: a row's table list changes in place only by growing at its
-end (a new block) or by a copy-on-write of the block it writes into, which is always announced as a "copy" move
-of the step (`Batch.moves`); every other change (a beam fork, a swap in, a readmission) puts a new list. So a
-row is rewritten whole when its list is another object than the one mirrored or when the step moves blocks, and
-otherwise gets its new tail only.
+A row of the array mirrors one list object, found by the list's identity (the mirror holds the list, so its
+identity cannot be reused while mirrored). What it relies on, from `engines/kv/block_tables.py`: a table list
+changes in place only by growing at its end (a new block) or by a copy-on-write of the block it writes into, which
+is always announced as a "copy" move of the step (`Batch.moves`); every other change (a beam fork, a swap in, a
+readmission) puts a new list, which takes a row of its own. So a list is rewritten whole when the step moves blocks
+(or when it got shorter), and otherwise gets its new tail only. The per-row work of a step is C-level (identity
+lookups, lengths, one numpy comparison); Python runs only for the lists that took a block.
 """
 from __future__ import annotations
 
@@ -18,64 +20,70 @@ import numpy as np
 
 
 class TableMirror:
-    """Rows of block tables, keyed by (request id, row), in a growable int32 array."""
+    """Block-table lists mirrored as rows of a growable int32 array."""
 
     def __init__(self, rows: int = 64, width: int = 64):
         self.array = np.zeros((rows, width), dtype=np.int32)
-        # key -> [array row, the mirrored list (held, so its identity cannot be reused), blocks written, step seen]
-        self.entries: dict[tuple[int, int], list] = {}
+        self.entries: dict[int, int] = {}                 # id(list) -> its array row
+        self.held: list[list[int] | None] = [None] * rows  # array row -> the list it mirrors (held: see above)
+        self.written = np.zeros(rows, dtype=np.int64)     # array row -> blocks of its list written
         self.free = list(range(rows - 1, -1, -1))
-        self.step = 0
         self.writes = 0              # blocks written into the array, for tests and benchmarks
 
-    def _grow_rows(self) -> None:
-        """Reclaim the rows of entries not seen last step; double the array when that frees nothing."""
-        stale = [key for key, entry in self.entries.items() if entry[3] < self.step - 1]
-        for key in stale:
-            self.free.append(self.entries.pop(key)[0])
-        if self.free:
-            return
-        old = self.array.shape[0]
-        self.array = np.concatenate([self.array, np.zeros_like(self.array)])
-        self.free = list(range(2 * old - 1, old - 1, -1))
+    def _reclaim(self, keep: set[int]) -> None:
+        """Free every row but `keep` (the rows the step reads): rows of finished requests, of replaced lists."""
+        for key, row in [(key, row) for key, row in self.entries.items() if row not in keep]:
+            del self.entries[key]
+            self.held[row] = None
+            self.free.append(row)
 
-    def _widen(self, width: int) -> None:
-        new = max(width, 2 * self.array.shape[1])
-        grown = np.zeros((self.array.shape[0], new), dtype=np.int32)
-        grown[:, :self.array.shape[1]] = self.array
-        self.array = grown
+    def _take_row(self, table: list[int], keep: set[int]) -> int:
+        """An array row for a list not mirrored yet: a free one, one reclaimed from lists the step does not read
+        (`keep`: the rows it does), or one of a doubled array."""
+        if not self.free:
+            self._reclaim(keep)
+        if not self.free:
+            old = self.array.shape[0]
+            self.array = np.concatenate([self.array, np.zeros_like(self.array)])
+            self.written = np.concatenate([self.written, np.zeros_like(self.written)])
+            self.held += [None] * old
+            self.free = list(range(2 * old - 1, old - 1, -1))
+        row = self.free.pop()
+        self.entries[id(table)] = row
+        self.held[row] = table
+        self.written[row] = 0
+        return row
 
-    def gather(self, keys: list[tuple[int, int]], tables: list[list[int]], rewrite: bool = False) -> np.ndarray:
-        """The [len(keys), longest] array of the rows' tables (a short row's tail holds stale block ids, which
-        its context length keeps from being read). `rewrite`: write every row whole (a step that moved blocks)."""
-        self.step += 1
-        step, entries = self.step, self.entries
-        index = []
-        width = 0
-        for key, table in zip(keys, tables):
-            n = len(table)
-            if n > width:
-                width = n
-            entry = entries.get(key)
-            if entry is None:
-                if not self.free:
-                    self._grow_rows()
-                entry = entries[key] = [self.free.pop(), table, 0, step]
-                start = 0
-            elif entry[1] is not table or rewrite or n < entry[2]:
-                entry[1] = table
-                start = 0
-            else:
-                start = entry[2]
-            entry[3] = step
-            if start < n:
-                if n > self.array.shape[1]:
-                    self._widen(n)
-                self.array[entry[0], start:n] = table[start:] if start else table
+    def gather(self, tables: list[list[int]], rewrite: bool = False) -> np.ndarray:
+        """The [len(tables), longest] array of the tables (a short row's tail holds stale block ids, which its
+        context length keeps from being read). `rewrite`: write every list whole (a step that moved blocks)."""
+        found = list(map(self.entries.get, map(id, tables)))
+        if None in found:
+            keep = set(found)
+            for i, row in enumerate(found):
+                if row is None:                   # (a list twice in one step is mirrored once)
+                    row = self.entries.get(id(tables[i]))
+                    found[i] = row = self._take_row(tables[i], keep) if row is None else row
+                    keep.add(row)
+        lens_list = list(map(len, tables))
+        width = max(lens_list, default=0)
+        index = np.array(found, dtype=np.intp)
+        lens = np.array(lens_list, dtype=np.int64)
+        if rewrite:
+            self.written[index] = 0
+        written = self.written[index]
+        changed = (lens != written).nonzero()[0]
+        if len(changed):
+            if width > self.array.shape[1]:
+                grown = np.zeros((self.array.shape[0], max(width, 2 * self.array.shape[1])), dtype=np.int32)
+                grown[:, :self.array.shape[1]] = self.array
+                self.array = grown
+            for i in changed.tolist():
+                table, row, n = tables[i], found[i], lens_list[i]
+                start = int(written[i]) if n > written[i] else 0     # grown: its tail; shorter: whole
+                self.array[row, start:n] = table[start:] if start else table
                 self.writes += n - start
-                entry[2] = n
-            index.append(entry[0])
-        if len(entries) > 2 * len(keys) + 64:     # rows of finished requests: reclaimed now and then
-            for key in [key for key, entry in entries.items() if entry[3] < step]:
-                self.free.append(entries.pop(key)[0])
+            self.written[index[changed]] = lens[changed]
+        if len(self.entries) > 2 * len(tables) + 64:     # lists of finished requests: reclaimed now and then
+            self._reclaim(set(found))
         return self.array[index, :max(width, 1)]

@@ -9,9 +9,9 @@ from pagedbench.workloads.request import Request
 from tests.real.conftest import ENGINES, SPECS, make_model, requests, serve
 
 
-def check(mirror, keys, tables, rewrite=False):
-    out = mirror.gather(keys, tables, rewrite)
-    assert out.dtype == np.int32 and out.shape == (len(keys), max(1, max(map(len, tables))))
+def check(mirror, tables, rewrite=False):
+    out = mirror.gather(tables, rewrite)
+    assert out.dtype == np.int32 and out.shape == (len(tables), max(1, max(map(len, tables))))
     for row, table in zip(out, tables):
         assert row[:len(table)].tolist() == table
     return out
@@ -20,11 +20,11 @@ def check(mirror, keys, tables, rewrite=False):
 def test_a_growing_table_writes_only_its_new_blocks():
     mirror = TableMirror(rows=2, width=2)
     a, b = [3, 4], [7]
-    check(mirror, [(1, 0), (2, 0)], [a, b])
+    check(mirror, [a, b])
     assert mirror.writes == 3
     for step in range(10):
         a.append(10 + step)
-        check(mirror, [(1, 0), (2, 0)], [a, b])
+        check(mirror, [a, b])
     assert mirror.writes == 13          # one block a step; b never again
     assert mirror.array.shape[1] >= len(a)
 
@@ -32,24 +32,40 @@ def test_a_growing_table_writes_only_its_new_blocks():
 def test_a_new_list_or_a_step_with_moves_rewrites_the_row():
     mirror = TableMirror(rows=4, width=4)
     a = [1, 2, 3]
-    check(mirror, [(5, 0)], [a])
+    check(mirror, [a])
     a[-1] = 9                           # a copy-on-write: same list, same length, announced by the step's moves
-    stale = mirror.gather([(5, 0)], [a])
+    stale = mirror.gather([a])
     assert stale[0, 2] == 3             # unannounced, the mirror cannot see it: the contract it relies on
-    check(mirror, [(5, 0)], [a], rewrite=True)
-    check(mirror, [(5, 0)], [[4, 4]])   # another list (a fork, a swap in): rewritten, shorter included
-    check(mirror, [(5, 0)], [[4, 4, 6, 8, 1, 2, 3, 4, 5]])
+    check(mirror, [a], rewrite=True)
+    check(mirror, [[4, 4]])             # another list (a fork, a swap in): a row of its own
+    check(mirror, [[4, 4, 6, 8, 1, 2, 3, 4, 5]])
+    del a[1:]                           # shorter in place (never done by the manager), then grown: its new tail
+    check(mirror, [a])
+    a += [7, 7]
+    check(mirror, [a])
+
+
+def test_a_list_twice_in_one_step_is_one_row():
+    mirror = TableMirror(rows=1, width=1)
+    a = [1, 2]
+    out = check(mirror, [a, [5], a])
+    assert len(mirror.entries) == 2 and out[0].tolist() == out[2].tolist()
+    a.append(3)
+    check(mirror, [a, a])
 
 
 def test_rows_of_finished_requests_are_reclaimed_and_the_array_grows_when_it_must():
     mirror = TableMirror(rows=2, width=2)
-    for step in range(50):              # a new pair of requests every step: the old ones' rows are reused
-        check(mirror, [(2 * step, 0), (2 * step + 1, 0)], [[step], [step + 1, step + 2]])
-    assert mirror.array.shape[0] <= 8
-    keys = [(i, r) for i in range(5) for r in range(3)]     # 15 rows at once: the array doubles
-    check(mirror, keys, [[i, r, i + r] for i, r in keys])
+    kept = [0]
+    for step in range(50):              # a new pair of lists every step, beside one kept: old rows are reused
+        check(mirror, [[step], kept, [step + 1, step + 2]])
+    assert mirror.array.shape[0] <= 8 and len(mirror.entries) <= 2 * 3 + 64
+    assert mirror.gather([kept])[0, 0] == 0 and mirror.writes == 50 * 3 + 1
+    tables = [[i, r, i + r] for i in range(5) for r in range(3)]     # 15 lists at once: the array doubles
+    check(mirror, tables)
     assert mirror.array.shape[0] >= 15
-    check(mirror, [(0, 0)], [[]])       # an empty table: a [1, 1] array
+    check(mirror, [[]])                 # an empty table: a [1, 1] array
+    assert mirror.gather([]).shape == (0, 1)
 
 
 GROUPS = [(6, 12), (9, 10), (5, 14), (7, 9)]
@@ -69,8 +85,8 @@ def test_every_paged_step_reads_the_managers_tables(tags, lengths, capacity):
     executors, steps = [], []
     original = TableMirror.gather
 
-    def gather(self, keys, tables, rewrite=False):
-        out = original(self, keys, tables, rewrite)
+    def gather(self, tables, rewrite=False):
+        out = original(self, tables, rewrite)
         for row, table in zip(out, tables):
             assert row[:len(table)].tolist() == table
         steps.append((sum(map(len, tables)), rewrite))
