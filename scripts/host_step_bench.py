@@ -59,8 +59,9 @@ def decode_steps(engine_name: str, rows: int, steps: int, repeat: int, static: b
     # One layer of one head of width 1: the no-op forward reads nothing, and the layout is what the host builds.
     cache = allocate_kv(1, 1, 1, capacity, config.block_size if config.name == "paged" else None, torch.float32,
                         torch.device("cpu"))
+    # (no static-shape arguments for the eager step: the script also runs against commits that predate them)
     executor = RealExecutor(NoOpModel(max(rows, PROMPT), PROMPT + output), scheduler.kv, cache, load_ops("torch"),
-                            torch.device("cpu"), cuda_graphs=static, max_rows=rows)
+                            torch.device("cpu"), **(dict(cuda_graphs=True, max_rows=rows) if static else {}))
     engine = Engine(scheduler, executor)
     for i in range(rows):
         engine.add(Request(i, 0.0, tuple(range(1, PROMPT + 1)), output), 0.0)
