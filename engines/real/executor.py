@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from itertools import chain
+from operator import attrgetter
 import time
 
 import numpy as np
@@ -20,6 +21,7 @@ from pagedbench.engines.real.vocab import check_choice, fit_prompt
 from pagedbench.engines.sequence import Sequence
 
 PAD_TOKEN = 0
+_START, _SIZE = attrgetter("start"), attrgetter("requested")   # a contiguous region's first slot and size
 NUMPY = {torch.int32: np.int32, torch.int64: np.int64}   # the tensors' dtypes, as numpy builds them
 
 
@@ -77,10 +79,6 @@ class RealExecutor:
         # request id, one per row; the server takes them after each step (engines/real/logprobs.py).
         self.token_logprobs: dict[int, list[TokenLogprobs]] = {}
         self._mirror = TableMirror()   # the paged decode steps' block tables, kept between steps
-        # The contiguous engines' single rows: request id -> region start, and -> region size, asked once per
-        # admission (`_region_starts`).
-        self._starts: dict[int, int] = {}
-        self._sizes: dict[int, int] = {}
         self.graphs = None
         if cuda_graphs:
             max_blocks = -(-model.config.max_position_embeddings // kv.block_size) if self.paged else 0
@@ -131,8 +129,6 @@ class RealExecutor:
         cached = batch.prefill_cached or [0] * len(batch.prefill)
         for seq in batch.prefill:
             self.check_prompt(seq)
-            self._starts.pop(seq.id, None)   # its region is new (see `_region_starts`)
-            self._sizes.pop(seq.id, None)
         for seq, padded, skip in zip(batch.prefill, batch.prefill_lens, cached):
             tokens = list(seq.request.prompt_token_ids) + seq.output_token_ids
             real = len(tokens)                        # == seq.length
@@ -155,8 +151,8 @@ class RealExecutor:
         stored in, the context each row reads, and the rows' block tables (paged) or region starts (contiguous).
         The slots are computed from the tables or starts in numpy, not asked of the KV manager position by
         position; the tables come from the persistent mirror, which writes only the blocks lists took since the
-        last step (engines/real/tables.py), and a single row's region start is asked of the manager once (see
-        `_region_starts`)."""
+        last step (engines/real/tables.py), and a single row's region is read from the manager's record of its
+        regions (`_region_starts`)."""
         decode = batch.decode
         if not batch.padding and len(batch.decode_context_lens) == len(decode):
             # The usual step: single rows (one context each), no padding; the scheduler's contexts are the rows'.
@@ -199,32 +195,27 @@ class RealExecutor:
         return np.asarray(ids, dtype=np.int64), pos, lens, slots, tables, starts
 
     def _region_starts(self, decode: list[Sequence], pos: np.ndarray) -> np.ndarray:
-        """The region start of each single-row sequence of a contiguous decode step. A single row's region is
-        placed at its admission and stays until it is freed (only a group of rows hands regions between rows, in
-        `fork`); every admission, a readmission after a recompute included, is followed by the sequence's
-        prefill, which drops its entries (`_prefill_context`). So each sequence asks the manager once, at its first
-        decode step, for its start and its region's size; each step then checks every row's position against its
-        size in numpy, and a position past it is asked of the manager, which raises its own error."""
+        """The region start of each single-row sequence of a contiguous decode step, read from the KV manager's
+        own record of its regions (`kv.arena.regions`, by request id: a single row reads the region admitted for
+        it, which no beam step hands on) rather than asked position by position. Read every step, so a region
+        placed again (a readmission, or a caller that admits without a prefill) is always the one read. Each step
+        checks every row's position against its region's size in numpy; a position past it (or a sequence the
+        manager does not hold) is asked of the manager, which raises its own error."""
         keys = [seq.id for seq in decode]
         n = len(keys)
         try:
-            starts = np.fromiter(map(self._starts.get, keys), dtype=np.int64, count=n)
-        except TypeError:                               # a sequence's first decode step: asked of the manager
-            at, size = self.kv.slots, self.kv.region_size
-            for seq, p in zip(decode, pos.tolist()):
-                if seq.id not in self._starts:
-                    self._starts[seq.id] = at(seq, p, p + 1)[0] - p
-                    self._sizes[seq.id] = size(seq)
-            if len(self._starts) > 2 * n + 64:          # entries of finished requests: dropped now and then
-                self._starts = {key: self._starts[key] for key in keys}
-                self._sizes = {key: self._sizes[key] for key in keys}
-            starts = np.fromiter(map(self._starts.get, keys), dtype=np.int64, count=n)
-        sizes = np.fromiter(map(self._sizes.get, keys), dtype=np.int64, count=n)
-        if (pos >= sizes).any():
-            i = int(np.argmax(pos >= sizes))
-            self.kv.slots(decode[i], int(pos[i]), int(pos[i]) + 1)
-            raise RuntimeError(f"request {keys[i]}: position {pos[i]} is past its region of {sizes[i]} slots")
-        return starts
+            held = list(map(self.kv.arena.regions.__getitem__, keys))
+        except KeyError:
+            held = None
+        if held is not None:
+            starts = np.fromiter(map(_START, held), dtype=np.int64, count=n)
+            sizes = np.fromiter(map(_SIZE, held), dtype=np.int64, count=n)
+            over = pos >= sizes
+            if not over.any():
+                return starts
+        for seq, p in zip(decode, pos.tolist()):
+            self.kv.slots(seq, p, p + 1)            # raises for the row the manager refuses
+        raise RuntimeError("a decode row's position is outside its region, though the KV manager holds it")
 
     def _decode_context(self, batch: Batch):
         ids, pos, lens, slots, tables, starts = self._decode_arrays(batch)

@@ -43,16 +43,18 @@ class DecodeGraphs:
         on_cpu = device.type == "cpu"
         # The staged inputs: int64 rows of ids, positions, slots (and region starts); int32 lengths, then tables.
         host64 = torch.zeros((3 if paged else 4, rows), dtype=torch.int64, pin_memory=not on_cpu)
-        host32 = torch.zeros(rows * (1 + self.max_blocks), dtype=torch.int32, pin_memory=not on_cpu)
+        # The lengths' run is padded to 16 int32s, so that the tables start 64-byte aligned whatever the bucket.
+        self._lens_run = -(-rows // 16) * 16
+        host32 = torch.zeros(self._lens_run + rows * self.max_blocks, dtype=torch.int32, pin_memory=not on_cpu)
         self._host64, self._host32 = host64, host32
         self._stage64, self._stage32 = host64.numpy(), host32.numpy()
-        self._tables_stage = self._stage32[rows:].reshape(rows, self.max_blocks)
+        self._tables_stage = self._stage32[self._lens_run:].reshape(rows, self.max_blocks)
         self._buf64 = host64 if on_cpu else host64.to(device)
         self._buf32 = host32 if on_cpu else host32.to(device)
         self.ids, self.pos, self.slots = self._buf64[0], self._buf64[1], self._buf64[2]
         self.starts = None if paged else self._buf64[3]
         self.lens = self._buf32[:rows]
-        self.tables = self._buf32[rows:].view(rows, self.max_blocks) if paged else None
+        self.tables = self._buf32[self._lens_run:].view(rows, self.max_blocks) if paged else None
         self._stage64[2] = -1           # every row a padding row until a step fills it
         self._stage32[:rows] = 1
         self._upload(rows)
@@ -79,7 +81,7 @@ class DecodeGraphs:
         if self._buf64 is self._host64:
             return
         self._buf64.copy_(self._host64, non_blocking=True)
-        end = self.sizes[-1] + size * self.max_blocks
+        end = self._lens_run + size * self.max_blocks
         self._buf32[:end].copy_(self._host32[:end], non_blocking=True)
 
     def _forward(self, size: int) -> None:

@@ -39,7 +39,8 @@ def test_a_new_list_or_a_step_with_moves_rewrites_the_row():
     check(mirror, [a], rewrite=True)
     check(mirror, [[4, 4]])             # another list (a fork, a swap in): a row of its own
     check(mirror, [[4, 4, 6, 8, 1, 2, 3, 4, 5]])
-    del a[1:]                           # shorter in place (never done by the manager), then grown: its new tail
+    del a[1:]                           # shorter in place (never done by the manager): rewritten whole
+    a[0] = 6
     check(mirror, [a])
     a += [7, 7]
     check(mirror, [a])
