@@ -161,10 +161,7 @@ class RealExecutor:
             ids = [seq.output_token_ids[-1] for seq in decode]
             if self.paged:
                 tables = self._mirror.gather(list(map(self.kv.table, decode)), rewrite=bool(batch.moves))
-                bs = self.kv.block_size
-                block, offset = np.divmod(pos, bs)
-                slots = tables[np.arange(len(decode)), block].astype(np.int64) * bs + offset
-                return np.asarray(ids, dtype=np.int64), pos, lens, slots, tables, None
+                return np.asarray(ids, dtype=np.int64), pos, lens, self._block_slots(tables, pos), tables, None
             starts = self._region_starts(decode, pos)
             return np.asarray(ids, dtype=np.int64), pos, lens, starts + pos, None, starts
         rows = [(seq, row) for seq in decode for row in range(seq.width)]
@@ -180,8 +177,7 @@ class RealExecutor:
         if self.paged:
             table = self.kv.table
             tables = self._mirror.gather([table(seq, row) for seq, row in everyone], rewrite=bool(batch.moves))
-            bs = self.kv.block_size
-            slots = tables[np.arange(len(everyone)), pos // bs].astype(np.int64) * bs + pos % bs
+            slots = self._block_slots(tables, pos)
             starts = None
         else:
             tables = None
@@ -193,6 +189,12 @@ class RealExecutor:
             slots = starts + pos
         slots[len(rows):] = -1
         return np.asarray(ids, dtype=np.int64), pos, lens, slots, tables, starts
+
+    def _block_slots(self, tables: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """The cache slot of each row's position, through the row's block table (row i of `tables`)."""
+        bs = self.kv.block_size
+        block, offset = np.divmod(pos, bs)
+        return tables[np.arange(len(pos)), block].astype(np.int64) * bs + offset
 
     def _region_starts(self, decode: list[Sequence], pos: np.ndarray) -> np.ndarray:
         """The region start of each single-row sequence of a contiguous decode step, read from the KV manager's
