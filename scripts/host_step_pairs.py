@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("a commit is named twice in one list")
     if args.cpu not in os.sched_getaffinity(0):
         parser.error(f"--cpu {args.cpu} is not one of this process's cores {sorted(os.sched_getaffinity(0))}")
+    for commit in dict.fromkeys(args.commits + args.static):   # before any worktree or timing
+        if subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{commit}^{{commit}}"],
+                          capture_output=True).returncode:
+            parser.error(f"{commit!r} is not a commit of this repository")
     columns = [(c, False) for c in args.commits] + [(c, True) for c in args.static]
     with tempfile.TemporaryDirectory(prefix="host_step_pairs-") as scratch:
         trees = {}

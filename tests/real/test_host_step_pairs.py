@@ -32,4 +32,6 @@ def test_bad_arguments_are_refused():
     with pytest.raises(SystemExit):
         pairs.main(["HEAD", "HEAD"])
     with pytest.raises(SystemExit):
+        pairs.main(["HEAD", "--static", "no-such-commit"])
+    with pytest.raises(SystemExit):
         pairs.main(["HEAD", "--cpu", str(max(os.sched_getaffinity(0)) + 64)])
