@@ -11,7 +11,10 @@ serve.tokenizer (cl100k_base: a `pagedbench.workloads.tokenizer` spec, for text 
 tokens) and serve.api_key (null; a key, or a list `serve.api_key=[k1,k2]`: every /v1/ request then needs
 `Authorization: Bearer KEY` with one of them; $VLLM_API_KEY is one more, as vLLM reads it) and
 serve.served_model_name (null: pagedbench-ENGINE-MODEL; a name or a list, `+serve.served_model_name=[a,b]`, the
-first in every response; a request naming another model gets vLLM's 404). Once bound it
+first in every response; a request naming another model gets vLLM's 404) and serve.engine_process (true: the
+engine runs in a process of its own, built and warmed up there, as vLLM splits its API server from its engine
+core, so the server's Python never holds up a step; `+serve.engine_process=false` runs it on this process's
+main thread beside the event loop's, engines/serving/engine_process.py). Once bound it
 prints one line, "serving <engine> on http://host:port"; SIGTERM or SIGINT (Ctrl-C) end every open stream
 with a reason and shut it down. Hydra's log of the session goes to outputs/serve/, apart from the runs. The
 server (FastAPI under uvicorn), its endpoints and the stream's format: engines/serving/asgi_server.py.
@@ -19,6 +22,7 @@ server (FastAPI under uvicorn), its endpoints and the stream's format: engines/s
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 import logging
 import sys
 
@@ -40,6 +44,8 @@ class ServeConfig:
     api_key: str | list[str] | None = None   # a key or several: /v1/ requests need `Authorization: Bearer KEY` (401)
     served_model_name: str | list[str] | None = None   # the names requests may ask for (the first answers); null:
                                                        # pagedbench-ENGINE-MODEL. Another name: 404, as vLLM
+    engine_process: bool = True        # the engine in a process of its own (vLLM's split); false: on this one's
+                                       # main thread, beside the event loop's (engines/serving/engine_process.py)
 
     def __post_init__(self) -> None:
         if not isinstance(self.host, str) or not self.host:
@@ -57,6 +63,8 @@ class ServeConfig:
                                   or not all(isinstance(n, str) and n for n in names)):
             raise ValueError(f"serve.served_model_name must be null, a name or a list of names, "
                              f"got {self.served_model_name!r}")
+        if not isinstance(self.engine_process, bool):
+            raise ValueError(f"serve.engine_process must be true or false, got {self.engine_process!r}")
 
     @property
     def model_names(self) -> list[str] | None:
@@ -73,29 +81,49 @@ def refuse(message: str, status: int) -> None:
     sys.exit(status)
 
 
+def served_backend(rc: RunConfig, gpu_memory_utilization: float):
+    """The backend `rc` describes (in the engine's process, when it has one of its own)."""
+    return rc.build_backend(gpu_memory_utilization)
+
+
 @hydra.main(version_base=None, config_path=str(CONF), config_name="serve")
 def main(cfg: DictConfig) -> None:
     from pagedbench.engines.serving.asgi_server import EngineService, build_app, serve as run_server   # after the checks
+    from pagedbench.engines.serving.engine_process import EngineFailed, EngineProcess
 
     if cfg.backend.name != "real":
         refuse(f"serve.py serves the real backend only (backend=real), got backend={cfg.backend.name}", 2)
     try:
         settings = ServeConfig.from_dict(plain(cfg.serve))
         rc = RunConfig.parse(cfg)
-        backend = rc.build_backend(cfg.gpu_memory_utilization)
-        service = EngineService(backend, rc.model.name, rc.engine.label, settings.tokenizer,
-                                max_seq_len=rc.limits.max_seq_len, served_model_names=settings.model_names)
+        if settings.engine_process:
+            service = EngineProcess(partial(served_backend, rc, cfg.gpu_memory_utilization), rc.model.name,
+                                    rc.engine.label, settings.tokenizer, max_seq_len=rc.limits.max_seq_len,
+                                    served_model_names=settings.model_names)
+        else:
+            backend = served_backend(rc, cfg.gpu_memory_utilization)
+            service = EngineService(backend, rc.model.name, rc.engine.label, settings.tokenizer,
+                                    max_seq_len=rc.limits.max_seq_len, served_model_names=settings.model_names)
+            service.described = [backend.describe(), backend.scheduler.kv.describe()]
     except ValueError as err:          # a bad value in the config: one line, no stack trace
         refuse(str(err), 2)
-    log.info("%s", backend.describe())
-    log.info("engine %s: %s", rc.engine.label, backend.scheduler.kv.describe())
     app = build_app(service, api_key=settings.api_key)
-    try:                               # the engine on this thread (warmed up first), the server on another
-        run_server(app, service, settings.host, settings.port,
-                   on_bound=lambda url: print(f"serving {rc.engine.label} on {url}", flush=True))
+
+    def bound(url: str) -> None:
+        for line in service.described:
+            log.info("%s", line)
+        print(f"serving {rc.engine.label} on {url}", flush=True)
+    try:                               # the engine started (built and warmed up in its process), the server next
+        run_server(app, service, settings.host, settings.port, on_bound=bound)
     except OSError as err:
         service.stop()
         refuse(f"cannot listen on {settings.host}:{settings.port}: {err}", 1)
+    except ValueError as err:          # a bad value the engine's builder found
+        service.stop()
+        refuse(str(err), 2)
+    except EngineFailed as err:
+        service.stop()
+        refuse(str(err), 1)
     service.stop()
     if service.engine_error:
         refuse(f"the engine stopped: {service.engine_error}", 1)

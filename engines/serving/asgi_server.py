@@ -7,7 +7,8 @@
 One engine thread (`online_loop.serve_loop`) owns the scheduler and the executor; the event loop only parses,
 queues and writes. Each request's tokens reach its response through an asyncio queue that the engine thread
 feeds with `loop.call_soon_threadsafe`, once a step for all of the step's events; a response writes every
-token that is ready in one event-stream write. Endpoints, as vLLM's OpenAI server's:
+token that is ready in one event-stream write. `engine_process.EngineProcess` (what serve.py runs by default)
+is the same service with its engine in a process of its own. Endpoints, as vLLM's OpenAI server's:
 
 - POST /v1/completions and /v1/chat/completions, streamed (server-sent events, `data: [DONE]` last; with
   `stream_options.include_usage` a usage chunk with `"choices": []` before it; a chat stream opens with a
@@ -55,7 +56,7 @@ from pagedbench.engines.run_record import IterationRow, RunRecord
 from pagedbench.engines.sequence import Sequence, Status
 from pagedbench.engines.serving.auth import KeyCheck, api_keys
 from pagedbench.engines.serving.choices import ChoiceOutput, best
-from pagedbench.engines.serving.metrics import Metrics
+from pagedbench.engines.serving.metrics import Metrics, phases_of
 from pagedbench.engines.serving.online_loop import Inbox, serve_loop
 from pagedbench.engines.serving.openai_api import BadRequest, ParsedRequest, Reply, error_body, parse_body
 from pagedbench.engines.serving.token_text import TokenText
@@ -115,32 +116,38 @@ class EngineService:
     def __init__(self, backend: Backend, model_name: str, engine_label: str, tokenizer: str = "cl100k_base",
                  max_seq_len: int | None = None, keep_record: bool = False,
                  served_model_names: list[str] | tuple[str, ...] | None = None):
-        self.backend, self.engine_label = backend, engine_label
+        self._serve_as(model_name, engine_label, tokenizer, max_seq_len, served_model_names)
+        self.backend = backend
+        self.vocab_size: int | None = getattr(backend.executor, "vocab_size", None)   # the model's, on the real backend
+        # Each step's log-probabilities by request id, where the executor computes them (the real one does).
+        self._logprobs: dict | None = getattr(backend.executor, "token_logprobs", None)
+        self.inbox = Inbox(backend.executor.now)
+        self.metrics = Metrics(backend.scheduler.kv.capacity, self.model_id, engine_label,
+                               getattr(backend.scheduler.kv, "block_size", None))
+        self.record = RunRecord(capacity_slots=backend.scheduler.kv.capacity) if keep_record else None
+        self._aborted: list[int] = []
+        self._engine: threading.Thread | None = None     # the engine's own thread, when it has one
+
+    def _serve_as(self, model_name: str, engine_label: str, tokenizer: str, max_seq_len: int | None,
+                  served_model_names: list[str] | tuple[str, ...] | None) -> None:
+        """What the server's side holds, wherever the engine runs: names, tokenizer, streams and their state."""
+        self.engine_label = engine_label
         # The names a request may ask for (vLLM's --served-model-name); the first is the one responses carry.
         self.model_names = tuple(served_model_names or (f"pagedbench-{engine_label}-{model_name}",))
         self.model_id = self.model_names[0]
         self.max_seq_len = max_seq_len
-        self.vocab_size: int | None = getattr(backend.executor, "vocab_size", None)   # the model's, on the real backend
-        # Each step's log-probabilities by request id, where the executor computes them (the real one does).
-        self._logprobs: dict | None = getattr(backend.executor, "token_logprobs", None)
         self.text = TokenText(tokenizer)
         self.server_header = f"pagedbench/{VERSION} {engine_label}"
         self.created = int(time.time())
-        self.inbox = Inbox(backend.executor.now)
-        self.metrics = Metrics(backend.scheduler.kv.capacity, self.model_id, engine_label,
-                               getattr(backend.scheduler.kv, "block_size", None))
         self.engine_error: str | None = None
-        self.record = RunRecord(capacity_slots=backend.scheduler.kv.capacity) if keep_record else None
         self._streams: dict[int, Stream] = {}
         # A step's events, handed to the event loop at once after the step (`_flush`): one wake-up of the loop a
         # step, not one a token (each a write to its self-pipe and a turn of the loop, which holds the GIL
         # while the engine's next step wants it).
         self._outbox: list[tuple[Stream, Event]] = []
-        self._aborted: list[int] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._stopping = False
-        self._engine: threading.Thread | None = None     # the engine's own thread, when it has one
         self._started = self._done = False
 
     # -- lifecycle ---------------------------------------------------------------------------------------
@@ -219,23 +226,28 @@ class EngineService:
         self.metrics.state(self.backend.scheduler)
 
     def _on_tokens(self, seq: Sequence, token_ids: list[int]) -> None:
+        logprobs = self._logprobs.pop(seq.id, None) if self._logprobs else None
+        if seq.id in self._streams:         # else aborted, yet run on (static batching runs every member)
+            self._tokens(seq.id, token_ids, logprobs, phases_of(seq) if seq.status == Status.FINISHED else None)
+
+    def _tokens(self, request_id: int, token_ids: list[int], logprobs: list | None, phases: tuple | None) -> None:
+        """A request's new tokens (one per row), their log-probabilities or None, and `phases_of` its sequence
+        when these are its last: its events queued for the next `_flush`, its histograms observed."""
         # A request that produced its last token is counted before its client can see that token, so a
         # scrape after a client's [DONE] counts it (the engine's step has already set the status).
-        finished = seq.status == Status.FINISHED
-        logprobs = self._logprobs.pop(seq.id, None) if self._logprobs else None
-        stream = self._streams.get(seq.id)
+        stream = self._streams.get(request_id)
         if stream is None:
             return             # aborted (counted then), yet run on: static batching runs every member
-        if finished:
+        if phases is not None:
             self.metrics.finished("length")
-            self.metrics.request_done(seq)
+            self.metrics.request_phases(*phases)
         now = time.perf_counter()
         if stream.last is None:
             self.metrics.ttft.observe(now - stream.arrival)
         else:
             self.metrics.itl.observe(now - stream.last)
             self.metrics.tpot.observe(now - stream.last)
-        if finished:
+        if phases is not None:
             self.metrics.e2e.observe(now - stream.arrival)
         stream.last = now
         for row, token in enumerate(token_ids):    # one per row of a group of parallel samples
@@ -260,11 +272,14 @@ class EngineService:
 
     def _on_done(self, seq: Sequence) -> None:
         self._forget(seq.id)
+        self._finish(seq.id, seq.status == Status.REJECTED, seq.rejected_reason or "")
+
+    def _finish(self, request_id: int, rejected: bool, reason: str) -> None:
+        """A request that finished (after its last tokens) or was rejected: its stream's last event."""
         with self._lock:
-            stream = self._streams.pop(seq.id, None)
+            stream = self._streams.pop(request_id, None)
         if stream is not None:
-            rejected = seq.status == Status.REJECTED
-            self._outbox.append((stream, Event("rejected" if rejected else "finished", message=seq.rejected_reason or "")))
+            self._outbox.append((stream, Event("rejected" if rejected else "finished", message=reason)))
 
     # -- what the event loop calls -----------------------------------------------------------------------
 
@@ -675,7 +690,8 @@ def serve(app, service: EngineService, host: str, port: int, on_bound=None) -> N
         service.run()
     finally:
         server.should_exit = True
-        web.join(15)
+        if web.is_alive():
+            web.join(15)
         sys.setswitchinterval(interval)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

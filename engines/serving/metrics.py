@@ -99,10 +99,13 @@ class Metrics:
 
     def state(self, scheduler: Scheduler) -> None:
         """The scheduler's requests and KV split as they are now (on the engine thread, between steps)."""
-        self.running.set(len(scheduler.held()))
-        self.waiting.set(len(scheduler.waiting))
-        self.swapped.set(len(scheduler.swapped))
-        memory = memory_fields(scheduler)
+        self.set_state(*state_of(scheduler))
+
+    def set_state(self, running: int, waiting: int, swapped: int, memory: dict[str, int]) -> None:
+        """`state` from its values (`state_of`), as an engine in another process sends them."""
+        self.running.set(running)
+        self.waiting.set(waiting)
+        self.swapped.set(swapped)
         usage = 1 - memory["free"] / self.capacity if self.capacity else 0.0
         self.kv_usage.set(usage)
         self.gpu_usage.set(usage)
@@ -111,17 +114,24 @@ class Metrics:
 
     def step(self, row: IterationRow, generated: int) -> None:
         """After an iteration (on the engine thread): its preemptions and tokens."""
-        if row.preempted:
-            self.preemptions.inc(row.preempted)
-        if row.prefill_tokens:
-            self.prompt_tokens.inc(row.prefill_tokens)
+        self.step_counts(row.preempted, row.prefill_tokens, row.decode_rows, generated)
+
+    def step_counts(self, preempted: int, prefill_tokens: int, decode_rows: int, generated: int) -> None:
+        """`step` from its values (`step_of`)."""
+        if preempted:
+            self.preemptions.inc(preempted)
+        if prefill_tokens:
+            self.prompt_tokens.inc(prefill_tokens)
         self.generation_tokens.inc(generated)
-        self.iteration_tokens.observe(row.prefill_tokens + row.decode_rows)
+        self.iteration_tokens.observe(prefill_tokens + decode_rows)
 
     def request_done(self, seq: Sequence) -> None:
         """A request that produced its last token: its phases (the executor's clock) and sizes."""
-        arrival, admitted, first, end = seq.request.arrival_s, seq.admitted_s, seq.first_token_s, seq.finish_s
-        generated = seq.generated   # tokens per row: a group's rows step together
+        self.request_phases(*phases_of(seq))
+
+    def request_phases(self, arrival: float, admitted: float | None, first: float | None, end: float | None,
+                       generated: int, prompt_len: int) -> None:
+        """`request_done` from its values (`phases_of`)."""
         if admitted is not None:
             self.queue.observe(max(0.0, admitted - arrival))
             if end is not None:
@@ -132,7 +142,7 @@ class Metrics:
             self.decode.observe(max(0.0, end - first))
             if generated > 1:
                 self.request_tpot.observe(max(0.0, end - first) / (generated - 1))
-        self.request_prompt.observe(seq.prompt_len)
+        self.request_prompt.observe(prompt_len)
         self.request_generation.observe(generated)
         self.request_max_generation.observe(generated)
 
@@ -140,3 +150,19 @@ class Metrics:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def state_of(scheduler: Scheduler) -> tuple[int, int, int, dict[str, int]]:
+    """What `Metrics.set_state` takes: requests running, waiting and swapped, and the memory fields."""
+    return len(scheduler.held()), len(scheduler.waiting), len(scheduler.swapped), memory_fields(scheduler)
+
+
+def step_of(row: IterationRow, generated: int) -> tuple[int, int, int, int]:
+    """What `Metrics.step_counts` takes."""
+    return row.preempted, row.prefill_tokens, row.decode_rows, generated
+
+
+def phases_of(seq: Sequence) -> tuple[float, float | None, float | None, float | None, int, int]:
+    """What `Metrics.request_phases` takes: arrival, admission, first token and end (the executor's clock), the
+    tokens generated per row and the prompt's length."""
+    return seq.request.arrival_s, seq.admitted_s, seq.first_token_s, seq.finish_s, seq.generated, seq.prompt_len
