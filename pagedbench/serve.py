@@ -110,8 +110,9 @@ def main(cfg: DictConfig) -> None:
     app = build_app(service, api_key=settings.api_key)
 
     def bound(url: str) -> None:
-        for line in service.described:
-            log.info("%s", line)
+        backend_line, kv_line = service.described
+        log.info("%s", backend_line)
+        log.info("engine %s: %s", rc.engine.label, kv_line)
         print(f"serving {rc.engine.label} on {url}", flush=True)
     try:                               # the engine started (built and warmed up in its process), the server next
         run_server(app, service, settings.host, settings.port, on_bound=bound)
