@@ -22,8 +22,11 @@ $(VENV)/.installed: pyproject.toml
 run: install
 	$(PY) run.py $(ARGS)
 
+# The suite in TEST_WORKERS processes (pytest-xdist, one per core by default; 1 runs it in this process), each
+# test file whole in one worker (its module fixtures built once). tests/conftest.py shares the cores' torch threads.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(os.cpu_count() or 1)")
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter-out 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 # The report rebuilt from this checkout (results/report/steps.yaml: every run it reads, then docs/REPORT.md).
 # Steps whose records this result-affecting code already made are reused; the time of each step and section

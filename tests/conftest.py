@@ -25,3 +25,9 @@ if not torch.cuda.is_available():
 if "MUTANT_UNDER_TEST" in os.environ:
     torch.set_num_threads(1)
 
+# Under pytest-xdist (`make test`: one worker per core) each worker's torch takes its share of the cores, not all
+# of them: two workers of two threads each on two cores made every matmul wait for a core.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    torch.set_num_threads(max(1, torch.get_num_threads() // _WORKERS))
+

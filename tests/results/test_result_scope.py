@@ -222,7 +222,7 @@ def test_the_search_scope_leaves_out_files_that_exist():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("setting", [
-    ["-m", "experiment=swap", "workload.duration_s=20"],
+    ["-m", "experiment=swap", "workload.duration_s=20", "swap_point=b16,b64"],   # four of its 18 runs
     ["backend=real", "model=tiny", "workload.num_requests=2", "workload.max_output_len=4", "engine=paged"],
 ], ids=["sim-fixed-rates", "real"])
 def test_a_run_at_fixed_rates_runs_no_code_of_the_search(setting, tmp_path):
