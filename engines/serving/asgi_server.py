@@ -167,11 +167,7 @@ class EngineService:
 
     def stop(self, reason: str = STOPPING) -> None:
         """Take no new request, end every open stream with `reason`, stop the engine thread."""
-        with self._lock:
-            self._stopping = True
-            streams, self._streams = self._streams, {}
-        for stream in streams.values():
-            stream.put(Event("error", message=reason))
+        self._end_streams(reason)
         self._stop.set()
         self.inbox.wake()
         if self._engine is not None and self._engine is not threading.current_thread():
@@ -209,11 +205,17 @@ class EngineService:
             log.exception("the engine thread stopped")
         finally:
             self._flush()
-            with self._lock:
-                self._stopping = self._done = True
-                streams, self._streams = self._streams, {}
-            for stream in streams.values():
-                stream.put(Event("error", message=self.unavailable()))
+            self._end_streams(self.unavailable(), done=True)
+
+    def _end_streams(self, reason: str, done: bool = False) -> None:
+        """Take no new request (`done`: the engine has ended, /health says so) and end every open stream with
+        `reason`. Both services' `stop()` and the ends of their engine loops."""
+        with self._lock:
+            self._stopping = True
+            self._done = self._done or done
+            streams, self._streams = self._streams, {}
+        for stream in streams.values():
+            stream.put(Event("error", message=reason))
 
     def _take_aborts(self) -> list[int]:
         with self._lock:

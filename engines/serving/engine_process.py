@@ -120,11 +120,7 @@ class EngineProcess(EngineService):
 
     def stop(self, reason: str = STOPPING) -> None:
         """Take no new request, end every open stream with `reason`, stop the child and wait for it."""
-        with self._lock:
-            self._stopping = True
-            streams, self._streams = self._streams, {}
-        for stream in streams.values():
-            stream.put(Event("error", message=reason))
+        self._end_streams(reason)
         self._stop.set()
         self._end_process()
 
@@ -186,11 +182,7 @@ class EngineProcess(EngineService):
                     log.error("the engine stopped: %s", self.engine_error)
         finally:
             self._flush()
-            with self._lock:
-                self._stopping = self._done = True
-                streams, self._streams = self._streams, {}
-            for stream in streams.values():
-                stream.put(Event("error", message=self.unavailable()))
+            self._end_streams(self.unavailable(), done=True)
 
     def _apply(self, updates: list[tuple], events: list[tuple]) -> None:
         for kind, values in updates:
