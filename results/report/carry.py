@@ -17,8 +17,8 @@ checkout, and compares them:
   move when a run's own tables are summarized again on warped clocks (a time-weighted figure two runs can
   agree on), and the figures that compare times with a bound (within the SLO, tokens in one second: two runs
   can agree on them by chance); every other key must be equal to the bit.
-Both sides run with the same libraries (`--site`: a folder put first on PYTHONPATH, for a commit that needs an
-older library than this environment's). When every sample of a step is equal, the step's row of the records
+Both sides run with the same libraries (vLLM's environment, .venv-vllm, is linked into the worktree; `--site`: a
+folder put first on PYTHONPATH, for a commit that needs an older library than this environment's). When every sample of a step is equal, the step's row of the records
 table is stamped "carried": the code that made its records stays named (and its commits, whose trees have it),
 and a last column says to which code it was carried and by how many equal reruns. Any difference fails the
 command, naming the step, the run and the key; that step stays stale, current again only through a rebuild
@@ -115,6 +115,17 @@ def samples(step: Step, count: int, seed: int) -> list[Sample]:
             extra += list(step.quick)
         out.append(Sample(f"{step.name}-{i}", ("run.py", *fixed, *extra, "progress=false"), run=True))
     return out
+
+
+SHARED = (".venv-vllm",)   # environments a study finds in its checkout (peers: vLLM's), not in git
+
+
+def share_environments(tree: Path) -> None:
+    """The records' worktree gets this checkout's environments that git does not hold (linked), so that both
+    sides run the same rows: without vLLM's, the peers study skips its vLLM rows on that side alone."""
+    for name in SHARED:
+        if (ROOT / name).is_dir() and not (tree / name).exists():
+            (tree / name).symlink_to(ROOT / name, target_is_directory=True)
 
 
 def tree_step(tree: Path, name: str) -> Step:
@@ -305,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
                 worktrees[commit] = work / f"tree-{commit}-{os.getpid()}"
                 subprocess.run(["git", "worktree", "add", "--detach", "-q", str(worktrees[commit]), commit],
                                cwd=ROOT, check=True)
+                share_environments(worktrees[commit])
             env["PAGEDBENCH_RESULT_SCOPE"] = step.code
             began = time.monotonic()
             print(f"{name}: rerunning its sample at {commit} and here", flush=True)

@@ -127,3 +127,18 @@ def test_the_clock_fed_keys_are_what_moves_on_a_warped_clock(tmp_path):
         its, reqs = carry.warped(ITERATIONS, REQS, bend)
         assert (its["duration_s"] > 0).all() and its["start_s"].is_monotonic_increasing
         assert ((reqs["finish_s"] >= reqs["arrival_s"]) | reqs["finish_s"].isna()).all()
+
+
+def test_the_records_worktree_gets_this_checkouts_vllm_environment_linked(tmp_path, monkeypatch):
+    checkout, tree = tmp_path / "checkout", tmp_path / "tree"
+    (checkout / ".venv-vllm" / "bin").mkdir(parents=True)
+    tree.mkdir()
+    monkeypatch.setattr(carry, "ROOT", checkout)
+    carry.share_environments(tree)
+    assert (tree / ".venv-vllm").is_symlink() and (tree / ".venv-vllm" / "bin").is_dir()
+    carry.share_environments(tree)   # already there: left as it is
+    other = tmp_path / "bare"
+    other.mkdir()
+    monkeypatch.setattr(carry, "ROOT", tmp_path / "no-checkout")
+    carry.share_environments(other)  # no environment here: nothing linked
+    assert not (other / ".venv-vllm").exists()
