@@ -18,9 +18,10 @@ checkout, and compares them:
   agree on), and the figures that compare times with a bound (within the SLO, tokens in one second: two runs
   can agree on them by chance); every other key must be equal to the bit.
 Both sides run with the same libraries (vLLM's environment, .venv-vllm, is linked into the worktree; `--site`: a
-folder put first on PYTHONPATH, for a commit that needs an older library than this environment's). When every sample of a step is equal, the step's row of the records
-table is stamped "carried": the code that made its records stays named (and its commits, whose trees have it),
-and a last column says to which code it was carried and by how many equal reruns. Any difference fails the
+folder put first on PYTHONPATH, for a commit that needs an older library than this environment's). When every
+sample of a step is equal, the step's row of the records table is stamped "carried": the code that made its
+records stays named (and its commits, whose trees have it), and a last column says to which code it was carried
+and by how many equal reruns. Any difference fails the
 command, naming the step, the run and the key; that step stays stale, current again only through a rebuild
 (`python -m pagedbench.results.report.build --steps NAME`). The staleness check (results/report/current.py)
 reads a row carried to this checkout's code in its scope as current.
