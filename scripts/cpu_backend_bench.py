@@ -4,6 +4,7 @@
     python scripts/cpu_backend_bench.py attention   # paged decode: the per-sequence loop against batched forms
     python scripts/cpu_backend_bench.py attention --compiled   # and one padded form compiled by torch.compile
     python scripts/cpu_backend_bench.py prefill     # causal prefill: the reference's fused SDPA against baddbmm
+    python scripts/cpu_backend_bench.py argmax      # a greedy step's argmax: torch's against numpy's (the executor's)
 
 `gemm`: the tiny model's linears (the LM head 50,272 x 256, q/k/v/out 256 x 256, fc1 1,024 x 256, fc2 256 x
 1,024) at 1 to 64 rows: `F.linear`, and `PackedLinear` (engines/real/cpu_gemm.py), which the backend runs.
@@ -16,7 +17,8 @@ row, every row's blocks scored at once (one batched matmul over blocks, a segmen
 the timing, ~20 s). `prefill`: one layer's causal prefill (4 heads of 64) of packed sequences of 8 x 30,
 4 x 262 (the ShareGPT trace's mean prompt), 600 + 300 + 100 and 1,000 tokens: the reference (torch's fused SDPA
 per sequence) and the native set's (kernels/cpu_native.py: one masked `baddbmm`, a softmax and a product per
-sequence). Each form is checked equal to the reference first. Printed: min and median milliseconds of
+sequence). `argmax`: the greedy token of each row of [rows, 50,272] fp32 logits at 1, 32 and 128 rows, by torch's
+`argmax` and by the executor's `greedy` (numpy's argmax on a CPU). Each form is checked equal to the reference first. Printed: min and median milliseconds of
 `--repeat` calls after three warm-up calls.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ import time
 import torch
 
 from pagedbench.engines.real.cpu_gemm import PackedLinear, onednn_available
+from pagedbench.engines.real.executor import greedy
 from pagedbench.kernels import cpu_native, reference
 
 SHAPES = {"lm_head": (50272, 256), "q/k/v/out": (256, 256), "fc1": (1024, 256), "fc2": (256, 1024)}
@@ -195,9 +198,21 @@ def prefill(repeat: int) -> None:
             print(f"{name:<22} {shown:>16} {best:>8.3f} {median:>9.3f} {best / first:>6.2f}x")
 
 
+def argmax(repeat: int) -> None:
+    vocab = SHAPES["lm_head"][0]
+    print(f"{'rows':>4} {'torch ms':>9} {'(median)':>9} {'numpy ms':>9} {'(median)':>9} {'speed-up':>8}")
+    with torch.inference_mode():
+        for rows in (1, 32, 128):
+            logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows))
+            assert greedy(logits) == logits.argmax(dim=-1).tolist()
+            base, base_med = timed(lambda: logits.argmax(dim=-1).tolist(), repeat)
+            ours, ours_med = timed(lambda: greedy(logits), repeat)
+            print(f"{rows:>4} {base:>9.3f} {base_med:>9.3f} {ours:>9.3f} {ours_med:>9.3f} {base / ours:>7.2f}x")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=["gemm", "attention", "prefill"])
+    parser.add_argument("what", choices=["gemm", "attention", "prefill", "argmax"])
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1)")
     parser.add_argument("--compiled", action="store_true", help="attention: also a padded form by torch.compile")
@@ -209,6 +224,8 @@ def main(argv: list[str] | None = None) -> None:
         gemm(args.repeat)
     elif args.what == "prefill":
         prefill(args.repeat)
+    elif args.what == "argmax":
+        argmax(args.repeat)
     else:
         attention(args.repeat, args.compiled)
 

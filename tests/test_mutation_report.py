@@ -1,16 +1,12 @@
 """The mutation report's verdicts: what counts as killed, as a survivor, as explained, and the kill rate."""
 from __future__ import annotations
 
-import importlib.util
 import pytest
 import yaml
 
-from pagedbench.paths import ROOT
+from tests.scripts import load_script
 
-SCRIPT = ROOT / "scripts" / "mutation_report.py"
-spec = importlib.util.spec_from_file_location("mutation_report", SCRIPT)
-report = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(report)
+report = load_script("mutation_report")
 
 LINES = {"a.b.x_f__mutmut_1": "return x + 1", "a.b.x_f__mutmut_2": "return x - 2",
          "a.b.xǁCǁg__mutmut_1": "if n <= 1:", "a.c.x_h__mutmut_1": "y = None"}

@@ -1,17 +1,13 @@
 """scripts/paired.py: a command on this checkout against the same command on another commit, A B A B."""
-import importlib.util
 import subprocess
 import sys
 
 import pytest
 
 from pagedbench.paths import ROOT
+from tests.scripts import load_script
 
-SCRIPT = ROOT / "scripts" / "paired.py"
-spec = importlib.util.spec_from_file_location("paired", SCRIPT)
-paired = importlib.util.module_from_spec(spec)
-sys.modules["paired"] = paired          # dataclasses look their module up by name
-spec.loader.exec_module(paired)
+paired = load_script("paired")
 Measure = paired.Measure
 
 

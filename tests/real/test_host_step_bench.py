@@ -1,17 +1,11 @@
 """scripts/host_step_bench.py: the executor's host time per decode step, eager and static-shape, runs and prints a
 row per engine and row count (its figures are timings: docs/performance.md, not asserted here)."""
-import importlib.util
-import sys
 
 import pytest
 
-from pagedbench.paths import ROOT
+from tests.scripts import load_script
 
-SCRIPT = ROOT / "scripts" / "host_step_bench.py"
-spec = importlib.util.spec_from_file_location("host_step_bench", SCRIPT)
-bench = importlib.util.module_from_spec(spec)
-sys.modules["host_step_bench"] = bench
-spec.loader.exec_module(bench)
+bench = load_script("host_step_bench")
 
 
 @pytest.mark.parametrize("static", [False, True], ids=["eager", "static"])

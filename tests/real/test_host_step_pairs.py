@@ -1,18 +1,12 @@
 """scripts/host_step_pairs.py: commits timed in worktrees of their own, interleaved and pinned, a row per engine and
 row count with each column and the ratios (its figures are timings: docs/performance.md, not asserted here)."""
-import importlib.util
 import os
-import sys
 
 import pytest
 
-from pagedbench.paths import ROOT
+from tests.scripts import load_script
 
-SCRIPT = ROOT / "scripts" / "host_step_pairs.py"
-spec = importlib.util.spec_from_file_location("host_step_pairs", SCRIPT)
-pairs = importlib.util.module_from_spec(spec)
-sys.modules["host_step_pairs"] = pairs
-spec.loader.exec_module(pairs)
+pairs = load_script("host_step_pairs")
 
 
 def test_two_commits_and_a_static_column_get_a_row_each(capsys):
