@@ -18,8 +18,8 @@ the timing, ~20 s). `prefill`: one layer's causal prefill (4 heads of 64) of pac
 4 x 262 (the ShareGPT trace's mean prompt), 600 + 300 + 100 and 1,000 tokens: the reference (torch's fused SDPA
 per sequence) and the native set's (kernels/cpu_native.py: one masked `baddbmm`, a softmax and a product per
 sequence). `argmax`: the greedy token of each row of [rows, 50,272] fp32 logits at 1, 32 and 128 rows, by torch's
-`argmax` and by the executor's `greedy` (numpy's argmax on a CPU). Each form is checked equal to the reference first. Printed: min and median milliseconds of
-`--repeat` calls after three warm-up calls.
+`argmax` and by the executor's `greedy` (numpy's argmax on a CPU). Each form is checked equal to the reference
+first. Printed: min and median milliseconds of `--repeat` calls after three warm-up calls.
 """
 from __future__ import annotations
 
