@@ -1,6 +1,5 @@
 """scripts/cpu_backend_bench.py argmax: torch's argmax against the executor's greedy, a row per row count (its
 figures are timings: docs/performance.md, not asserted here)."""
-
 from tests.scripts import load_script
 
 bench = load_script("cpu_backend_bench")

@@ -1,6 +1,5 @@
 """scripts/host_step_bench.py: the executor's host time per decode step, eager and static-shape, runs and prints a
 row per engine and row count (its figures are timings: docs/performance.md, not asserted here)."""
-
 import pytest
 
 from tests.scripts import load_script
