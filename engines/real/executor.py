@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from itertools import chain
-from operator import attrgetter
+from operator import attrgetter, gt, is_
 import time
 
 import numpy as np
@@ -22,17 +22,20 @@ from pagedbench.engines.sequence import Sequence
 
 PAD_TOKEN = 0
 _START, _SIZE = attrgetter("start"), attrgetter("requested")   # a contiguous region's first slot and size
+_ID = attrgetter("id")
 NUMPY = {torch.int32: np.int32, torch.int64: np.int64}   # the tensors' dtypes, as numpy builds them
 NUMPY_FLOATS = (torch.float32, torch.float16, torch.float64)   # logits numpy can take the argmax of
 
 
 def greedy(logits: torch.Tensor) -> list[int]:
-    """Each row's argmax of [rows, vocab] logits. On a CPU through numpy: torch's CPU argmax over a vocabulary of
-    50,272 took 1.6 ms for 32 rows on one thread (torch 2.13), numpy's 0.13 ms. Both take the first of equal
-    maxima, and a NaN as the maximum (tests/real/test_greedy.py)."""
+    """Each row's argmax of [..., rows, vocab] logits, the leading dimensions flattened into the rows. On a CPU
+    through numpy: torch's CPU argmax over a vocabulary of 50,272 took 1.6 ms for 32 rows on one thread (torch
+    2.13), numpy's 0.13 ms. Both take the first of equal maxima, and a NaN as the maximum
+    (tests/real/test_greedy.py)."""
     if logits.is_cpu and logits.dtype in NUMPY_FLOATS:
-        return logits.numpy().argmax(-1).tolist()
-    return logits.argmax(dim=-1).tolist()
+        array = logits.numpy()
+        return array.reshape(-1, array.shape[-1]).argmax(-1).tolist()
+    return logits.reshape(-1, logits.shape[-1]).argmax(dim=-1).tolist()
 
 
 class RealExecutor:
@@ -90,6 +93,9 @@ class RealExecutor:
         # request id, one per row; the server takes them after each step (engines/real/logprobs.py).
         self.token_logprobs: dict[int, list[TokenLogprobs]] = {}
         self._mirror = TableMirror()   # the paged decode steps' block tables, kept between steps
+        # The contiguous decode step's regions as last read (`_region_starts`): the Region objects, their starts and
+        # sizes. A step reading the very same regions in the same order reuses them.
+        self._regions_read: tuple[list, np.ndarray, list[int]] = ([], np.zeros(0, np.int64), [])
         self.graphs = None
         if cuda_graphs:
             max_blocks = -(-model.config.max_position_embeddings // kv.block_size) if self.paged else 0
@@ -115,6 +121,10 @@ class RealExecutor:
         element here, numpy a third of that, and a step builds thousands (its block tables)."""
         tensor = torch.from_numpy(np.asarray(values, dtype=NUMPY[dtype]))
         return tensor if self._on_cpu else tensor.to(self.device)
+
+    def _from(self, array: np.ndarray) -> torch.Tensor:
+        """A numpy array already of the tensor's dtype, on the device (on a CPU, sharing its memory)."""
+        return torch.from_numpy(array) if self._on_cpu else torch.from_numpy(array).to(self.device)
 
     @staticmethod
     def _table_array(tables: list[list[int]]) -> np.ndarray:
@@ -167,13 +177,13 @@ class RealExecutor:
         decode = batch.decode
         if not batch.padding and len(batch.decode_context_lens) == len(decode):
             # The usual step: single rows (one context each), no padding; the scheduler's contexts are the rows'.
-            lens = np.array(batch.decode_context_lens, dtype=np.int64)
-            pos = lens - 1
+            lens = np.array(batch.decode_context_lens, dtype=np.int32)
+            pos = np.subtract(lens, 1, dtype=np.int64)
             ids = [seq.output_token_ids[-1] for seq in decode]
             if self.paged:
                 tables = self._mirror.gather(list(map(self.kv.table, decode)), rewrite=bool(batch.moves))
                 return np.asarray(ids, dtype=np.int64), pos, lens, self._block_slots(tables, pos), tables, None
-            starts = self._region_starts(decode, pos)
+            starts = self._region_starts(decode, pos, batch.decode_context_lens)
             return np.asarray(ids, dtype=np.int64), pos, lens, starts + pos, None, starts
         rows = [(seq, row) for seq in decode for row in range(seq.width)]
         padding = [(seq, row) for seq in batch.padding for row in range(seq.width)]
@@ -183,7 +193,7 @@ class RealExecutor:
         # The last generated token is fed at position length - 1; a padding row (finished, kept in the batch)
         # is computed at its last position over one token fewer, and stores nothing.
         pos = np.array([seq.prompt_len + seq.generated for seq, _ in everyone], dtype=np.int64) - 1
-        lens = pos + 1
+        lens = np.add(pos, 1, dtype=np.int32)
         lens[len(rows):] -= 1
         if self.paged:
             table = self.kv.table
@@ -205,25 +215,31 @@ class RealExecutor:
         """The cache slot of each row's position, through the row's block table (row i of `tables`)."""
         bs = self.kv.block_size
         block, offset = np.divmod(pos, bs)
-        return tables[np.arange(len(pos)), block].astype(np.int64) * bs + offset
+        slots = np.multiply(tables[np.arange(len(pos)), block], bs, dtype=np.int64)
+        slots += offset
+        return slots
 
-    def _region_starts(self, decode: list[Sequence], pos: np.ndarray) -> np.ndarray:
+    def _region_starts(self, decode: list[Sequence], pos: np.ndarray, lens: list[int]) -> np.ndarray:
         """The region start of each single-row sequence of a contiguous decode step, read from the KV manager's
         own record of its regions (`kv.arena.regions`, by request id: a single row reads the region admitted for
         it, which no beam step hands on) rather than asked position by position. Read every step, so a region
         placed again (a readmission, or a caller that admits without a prefill) is always the one read. Each step
-        checks every row's position against its region's size in numpy; a position past it (or a sequence the
-        manager does not hold) is asked of the manager, which raises its own error."""
-        keys = [seq.id for seq in decode]
-        n = len(keys)
+        checks every row's context (`lens`, the scheduler's list: position + 1) against its region's size; a
+        position past it (or a sequence the manager does not hold) is asked of the manager, which raises its own
+        error."""
         try:
-            held = list(map(self.kv.arena.regions.__getitem__, keys))
+            held = list(map(self.kv.arena.regions.__getitem__, map(_ID, decode)))
         except KeyError:
             held = None
         if held is not None:
-            starts = np.fromiter(map(_START, held), dtype=np.int64, count=n)
-            sizes = np.fromiter(map(_SIZE, held), dtype=np.int64, count=n)
-            if not np.count_nonzero(pos >= sizes):
+            last = self._regions_read
+            if len(last[0]) == len(held) and all(map(is_, held, last[0])):
+                starts, sizes = last[1], last[2]    # the same (frozen) regions as the last step's, in its order
+            else:
+                starts = np.fromiter(map(_START, held), dtype=np.int64, count=len(held))
+                sizes = list(map(_SIZE, held))
+                self._regions_read = (held, starts, sizes)
+            if not any(map(gt, lens, sizes)):
                 return starts
         for seq, p in zip(decode, pos.tolist()):
             self.kv.slots(seq, p, p + 1)            # raises for the row the manager refuses
@@ -231,10 +247,11 @@ class RealExecutor:
 
     def _decode_context(self, batch: Batch):
         ids, pos, lens, slots, tables, starts = self._decode_arrays(batch)
+        # The arrays come in the tensors' dtypes: int64 ids, positions, slots and starts; int32 lengths and tables.
         ctx = IterationContext(self.cache.k, self.cache.v, self.ops, self.paged, False,
-                               self._tensor(slots, torch.int64), context_lens=self._tensor(lens, torch.int32),
-                               block_tables=None if tables is None else self._tensor(tables, torch.int32),
-                               seq_starts=None if starts is None else self._tensor(starts, torch.int64))
+                               self._from(slots), context_lens=self._from(lens),
+                               block_tables=None if tables is None else self._from(tables),
+                               seq_starts=None if starts is None else self._from(starts))
         return ids, pos, None, ctx
 
     def _static(self, batch: Batch) -> bool:
@@ -271,21 +288,22 @@ class RealExecutor:
                 v[dst] = v[src]
 
     def forward(self, ids: list[int], pos, last: list[int] | None, ctx: IterationContext) -> torch.Tensor:
-        """Logits at the `last` positions of one packed forward pass (None: at every position, one per row of a
-        decode step). Prompt ids were checked (`check_prompt`) before they came here: with `wrap` they are
-        folded into the vocabulary here, on the device."""
+        """Logits [1, rows, vocab] at the `last` positions of one packed forward pass (None: at every position, one
+        per row of a decode step), as the model returns them: not indexed here, which spares the usual decode step a
+        torch call. Prompt ids were checked (`check_prompt`) before they came here: with `wrap` they are folded into
+        the vocabulary here, on the device."""
         with self._inference:         # one inference-mode guard, entered each step (not built anew each call)
-            input_ids = self._tensor(np.asarray(ids, dtype=np.int64)[None], torch.int64)
+            input_ids = self._from(np.asarray(ids, dtype=np.int64)[None])
             if self.wrapped:
                 input_ids.remainder_(self.vocab_size)
-            position_ids = self._tensor(np.asarray(pos, dtype=np.int64)[None], torch.int64)
+            position_ids = self._from(np.asarray(pos, dtype=np.int64)[None])
             set_context(ctx)
             try:
                 out = self.model(input_ids=input_ids, position_ids=position_ids, use_cache=False,
                                  logits_to_keep=0 if last is None else self._tensor(last, torch.int64))
             finally:
                 set_context(None)
-            return out.logits[0]
+            return out.logits
 
     def _sample(self, logits: torch.Tensor) -> list[int]:
         if self.temperature <= 0:
@@ -318,14 +336,15 @@ class RealExecutor:
         seq.parents = parents
 
     def _emit(self, batch: Batch, logits: torch.Tensor) -> None:
-        """Turn the logits of the advancing rows into each row's next token (and, for a request whose own sampling
-        asks, the tokens' log-probabilities)."""
+        """Turn the logits of the advancing rows ([1, rows, vocab], as the forward pass returns them) into each
+        row's next token (and, for a request whose own sampling asks, the tokens' log-probabilities)."""
         if (not batch.prefill and not self.request_sampling and self.temperature <= 0
-                and len(batch.decode) == logits.shape[0]):
+                and len(batch.decode) == logits.shape[1]):
             # The usual decode step: greedy single rows, one logits row each, no request with its own sampling.
             for seq, token in zip(batch.decode, greedy(logits)):
                 seq.output_token_ids.append(token)
             return
+        logits = logits[0]
         groups, start = [], 0
         for seq in batch.prefill:
             groups.append((seq, start, 1))
@@ -398,7 +417,7 @@ class RealExecutor:
         ended = time.perf_counter()
         self.forward_s += ended - forward_start
         if self.keep_logits:
-            self.last_logits = logits.float().cpu()
+            self.last_logits = logits[0].float().cpu()
         return ended - started
 
     def warmup(self) -> None:

@@ -11,10 +11,14 @@ identity cannot be reused while mirrored). What it relies on, from `engines/kv/b
 changes in place only by growing at its end (a new block) or by a copy-on-write of the block it writes into, which
 is always announced as a "copy" move of the step (`Batch.moves`); every other change (a beam fork, a swap in, a
 readmission) puts a new list, which takes a row of its own. So a list is rewritten whole when the step moves blocks
-(or when it got shorter), and otherwise gets its new tail only. The per-row work of a step is C-level (identity
-lookups, lengths, one numpy comparison); Python runs only for the lists that took a block.
+(or when it got shorter), and otherwise gets its new tail only. The per-row work of a step is identity lookups,
+lengths and one comparison of the lengths with those the rows hold; Python writes only the lists that took a block.
+A step whose lists are the very ones of the last step, in the same order (the usual decode step), checks that with
+one pass of identity tests and reuses the last step's rows and lengths: no lookup, and no numpy call but the gather.
 """
 from __future__ import annotations
+
+from operator import is_
 
 import numpy as np
 
@@ -29,6 +33,12 @@ class TableMirror:
         self.written = np.zeros(rows, dtype=np.int64)     # array row -> blocks of its list written
         self.free = list(range(rows - 1, -1, -1))
         self.writes = 0              # blocks written into the array, for tests and benchmarks
+        # The last call's lists (a copy of its list of them) and their rows: a call with the very same lists in the
+        # same order reuses the rows.
+        self._last: list[list[int]] = []
+        self._last_found: list[int] = []
+        self._last_index = np.zeros(0, dtype=np.intp)
+        self._last_lens: list[int] = []               # the last call's list lengths (all written by its end)
 
     def _reclaim(self, keep: set[int]) -> None:
         """Free every row but `keep` (the rows the step reads): rows of finished requests, of replaced lists."""
@@ -54,9 +64,8 @@ class TableMirror:
         self.written[row] = 0
         return row
 
-    def gather(self, tables: list[list[int]], rewrite: bool = False) -> np.ndarray:
-        """The [len(tables), longest] array of the tables (a short row's tail holds stale block ids, which its
-        context length keeps from being read). `rewrite`: write every list whole (a step that moved blocks)."""
+    def _rows(self, tables: list[list[int]]) -> tuple[list[int], np.ndarray]:
+        """The array row of each list, mirroring the lists not mirrored yet: as a list and as an index array."""
         found = list(map(self.entries.get, map(id, tables)))
         if None in found:
             keep = set(found)
@@ -65,25 +74,40 @@ class TableMirror:
                     row = self.entries.get(id(tables[i]))
                     found[i] = row = self._take_row(tables[i], keep) if row is None else row
                     keep.add(row)
+        return found, np.array(found, dtype=np.intp)
+
+    def gather(self, tables: list[list[int]], rewrite: bool = False) -> np.ndarray:
+        """The [len(tables), longest] array of the tables (a short row's tail holds stale block ids, which its
+        context length keeps from being read). `rewrite`: write every list whole (a step that moved blocks)."""
         lens_list = list(map(len, tables))
         width = max(lens_list, default=0)
-        index = np.array(found, dtype=np.intp)
-        lens = np.array(lens_list, dtype=np.int64)
-        if rewrite:
-            self.written[index] = 0
-        written = self.written[index]
-        changed = (lens != written).nonzero()[0]
-        if len(changed):
+        last = self._last
+        if not rewrite and len(tables) == len(last) and all(map(is_, tables, last)):
+            # The very lists of the last call, in its order (the usual decode step): their rows are unchanged, and
+            # a list only grows between two such calls (see above), so the lists whose length moved took blocks.
+            found, index = self._last_found, self._last_index
+            changed = [i for i, n, m in zip(range(len(tables)), lens_list, self._last_lens) if n != m]
+            written = self._last_lens
+        else:
+            found, index = self._rows(tables)
+            if rewrite:
+                self.written[index] = 0
+            written = self.written[index].tolist()
+            changed = [i for i, n, m in zip(range(len(tables)), lens_list, written) if n != m]
+            self._last, self._last_found, self._last_index = list(tables), found, index
+        self._last_lens = lens_list
+        if changed:
             if width > self.array.shape[1]:
                 grown = np.zeros((self.array.shape[0], max(width, 2 * self.array.shape[1])), dtype=np.int32)
                 grown[:, :self.array.shape[1]] = self.array
                 self.array = grown
-            for i in changed.tolist():
-                table, row, n = tables[i], found[i], lens_list[i]
-                start = int(written[i]) if n > written[i] else 0     # grown: its tail; shorter: whole
-                self.array[row, start:n] = table[start:] if start else table
+            array, done = self.array, self.written
+            for i in changed:
+                table, row, n, had = tables[i], found[i], lens_list[i], written[i]
+                start = had if n > had else 0     # grown: its tail; shorter: whole
+                array[row, start:n] = table[start:] if start else table
+                done[row] = n
                 self.writes += n - start
-            self.written[index[changed]] = lens[changed]
         if len(self.entries) > 2 * len(tables) + 64:     # lists of finished requests: reclaimed now and then
             self._reclaim(set(found))
         return self.array[index, :max(width, 1)]

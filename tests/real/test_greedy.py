@@ -25,3 +25,11 @@ def test_greedy_reads_a_view_of_the_logits():
         view = logits[0][[1, 3, 4]]
         assert greedy(view) == view.argmax(dim=-1).tolist()
         assert greedy(logits[1]) == logits[1].argmax(dim=-1).tolist()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_flattens_the_leading_dimensions_into_rows(dtype):
+    """The forward pass's [1, rows, vocab] logits, as the decode step hands them over unindexed."""
+    logits = torch.randn(1, 5, 33, generator=torch.Generator().manual_seed(1)).to(dtype)
+    assert greedy(logits) == logits[0].argmax(dim=-1).tolist()
+    assert greedy(logits.expand(2, 5, 33)) == logits[0].argmax(dim=-1).tolist() * 2

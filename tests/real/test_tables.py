@@ -55,6 +55,38 @@ def test_a_list_twice_in_one_step_is_one_row():
     check(mirror, [a, a])
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_random_steps_of_the_same_lists_and_of_others_read_the_lists(seed):
+    """Runs of calls over the very same lists (the usual decode step, which reuses the last call's rows) mixed
+    with new lists, other orders, lists twice, announced copies and shrinking in place."""
+    rng = np.random.default_rng(seed)
+    mirror = TableMirror(rows=2, width=2)
+    lists = [[int(b) for b in rng.integers(0, 99, rng.integers(1, 5))] for _ in range(6)]
+    step = lists[:3]
+    for _ in range(300):
+        op = rng.integers(0, 10)
+        rewrite = False
+        if op < 5:                                  # the same lists again, some of them grown by a block
+            for table in step:
+                if rng.random() < 0.3:
+                    table.append(int(rng.integers(0, 99)))
+        elif op == 5:                               # another set and order, perhaps a list twice
+            step = [lists[i] for i in rng.integers(0, len(lists), rng.integers(1, 6))]
+        elif op == 6:                               # a new list (a fork, a swap in)
+            lists[rng.integers(0, len(lists))] = [int(b) for b in rng.integers(0, 99, rng.integers(1, 9))]
+            step = [lists[i] for i in rng.permutation(len(lists))[:4]]
+        elif op == 7:                               # a copy on write, announced as the step's moves
+            table = step[rng.integers(0, len(step))]
+            table[-1] = int(rng.integers(100, 199))
+            rewrite = True
+        elif op == 8:                               # shorter in place (never done by the manager)
+            table = step[rng.integers(0, len(step))]
+            if len(table) > 1:                      # (the same length, changed in place, would go unseen)
+                del table[len(table) // 2:]
+                table[0] = int(rng.integers(200, 299))
+        check(mirror, step, rewrite)
+
+
 def test_rows_of_finished_requests_are_reclaimed_and_the_array_grows_when_it_must():
     mirror = TableMirror(rows=2, width=2)
     kept = [0]
