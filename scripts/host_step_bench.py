@@ -58,9 +58,10 @@ class NoOpModel:
 PARTS = ("_decode_arrays", "_decode_context", "forward", "_emit")   # the executor's methods `--parts` times
 
 
-def time_parts(executor: RealExecutor, spent: dict[str, float]) -> None:
-    """Wrap the executor's PARTS (on the instance: its own calls go through them) to add their time to `spent`."""
-    for name in PARTS:
+def time_methods(executor: RealExecutor, names: tuple[str, ...], spent: dict[str, float]) -> None:
+    """Wrap the executor's methods `names` (on the instance: its own calls go through them) to add their time to
+    spent[name]."""
+    for name in names:
         method = getattr(executor, name, None)
         if method is None:
             raise RuntimeError(f"this executor has no {name}(): --parts reads the eager step of this checkout")
@@ -107,28 +108,18 @@ def decode_steps(engine_name: str, rows: int, steps: int, repeat: int, static: b
         if engine.step(0.0) is None:
             raise RuntimeError(f"{engine_name}: {rows} requests could not all be admitted")
     means = []
-    part_spent = dict.fromkeys(PARTS, 0.0)
-    if parts is not None:
-        time_parts(executor, part_spent)
-    timed = executor.execute
+    timed = ("execute",) + (PARTS if parts is not None else ())
+    spent = dict.fromkeys(timed, 0.0)
+    time_methods(executor, timed, spent)
     for block in range(repeat + 1):     # the first block warms up
-        spent = 0.0
-        part_spent.update(dict.fromkeys(PARTS, 0.0))
-
-        def execute(batch):
-            nonlocal spent
-            start = time.perf_counter()
-            out = timed(batch)
-            spent += time.perf_counter() - start
-            return out
-        executor.execute = execute
+        spent.update(dict.fromkeys(timed, 0.0))
         for _ in range(steps):
             out = engine.step(0.0)
             assert out is not None and len(out.batch.decode) == rows and not out.batch.prefill
-        means.append(spent / steps)
+        means.append(spent["execute"] / steps)
         if parts is not None and block:
             for name in PARTS:
-                parts.setdefault(name, []).append(part_spent[name] / steps)
+                parts.setdefault(name, []).append(spent[name] / steps)
     if static and executor.graphs.steps < steps * (repeat + 1):
         raise RuntimeError("the decode steps did not take the static path")
     return means[1:]
