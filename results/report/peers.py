@@ -14,6 +14,7 @@ import subprocess
 
 from pagedbench.paths import OUTPUTS, ROOT
 from pagedbench.results.record.console import schedule_cells
+from pagedbench.results.report import tpot_split
 from pagedbench.results.report.section import NotRun, Section, step_command
 from pagedbench.results.report.steps import step
 from pagedbench.results.report.template import render
@@ -67,12 +68,29 @@ def section_peers(folder: Path) -> Section:
                        f"{r['output_tokens_per_s_max']:.1f})", f"{r['ttft_s_mean']:.2f}", f"{r['tpot_s_mean']:.4f}",
              f"{r['e2e_latency_s_mean']:.2f}", f"{r['wall_s']:.0f}"] for r in data["rows"]]
     notes = folder / "notes.md"
+    gaps = token_gaps(folder)
     return Section(render("peers_section.md.j2", title=step(STEP).title, data=data, rate=data.get("rate"),
                           max_output_len=data.get("max_output_len"), rows=rows,
                           overhead=overhead_rows(data["overhead"]), versus=versus(data.get("runs", {})),
                           setting=data.get("setting"), vllm=data.get("versus_vllm"), greedy=data.get("greedy"),
                           schedule=schedule_rows(data.get("schedule") or []), not_run=data.get("not_run") or [],
-                          before=before(), notes=notes.read_text() if notes.is_file() else ""), has_runs=True)
+                          before=before(), gaps=gaps, folder=folder.relative_to(ROOT) if folder.is_relative_to(ROOT)
+                          else folder, notes=notes.read_text() if notes.is_file() else ""), has_runs=True)
+
+
+def token_gaps(folder: Path) -> dict | None:
+    """Each row's TPOT split into the first gap and the rest (`tpot_split`), and our paged server's figures
+    over vLLM's paired by round when both ran; None when no run has token times."""
+    runs = tpot_split.study_runs(folder)
+    if not runs:
+        return None
+    rows = [[row, *tpot_split.cells(runs[row]), str(len(runs[row]))] for row in sorted(runs)]
+    pair = tpot_split.VERSUS_VLLM
+    ratios = None
+    if all(p in runs for p in pair):
+        ratios = {key: {"mean": sum(v) / len(v), "values": v}
+                  for key, v in tpot_split.paired(runs[pair[0]], runs[pair[1]]).items()}
+    return {"header": tpot_split.HEADER, "rows": rows, "versus_vllm": ratios}
 
 
 def schedule_rows(schedule: list[dict]) -> list[list[str]]:
