@@ -119,8 +119,7 @@ class RealExecutor:
     def _tensor(self, values, dtype) -> torch.Tensor:
         """A list (or numpy array) as a tensor on the device. Through numpy: torch.tensor(list) took 54 ns an
         element here, numpy a third of that, and a step builds thousands (its block tables)."""
-        tensor = torch.from_numpy(np.asarray(values, dtype=NUMPY[dtype]))
-        return tensor if self._on_cpu else tensor.to(self.device)
+        return self._from(np.asarray(values, dtype=NUMPY[dtype]))
 
     def _from(self, array: np.ndarray) -> torch.Tensor:
         """A numpy array already of the tensor's dtype, on the device (on a CPU, sharing its memory)."""

@@ -86,15 +86,14 @@ class TableMirror:
             # The very lists of the last call, in its order (the usual decode step): their rows are unchanged, and
             # a list only grows between two such calls (see above), so the lists whose length moved took blocks.
             found, index = self._last_found, self._last_index
-            changed = [i for i, n, m in zip(range(len(tables)), lens_list, self._last_lens) if n != m]
             written = self._last_lens
         else:
             found, index = self._rows(tables)
             if rewrite:
                 self.written[index] = 0
             written = self.written[index].tolist()
-            changed = [i for i, n, m in zip(range(len(tables)), lens_list, written) if n != m]
             self._last, self._last_found, self._last_index = list(tables), found, index
+        changed = [i for i, n, m in zip(range(len(tables)), lens_list, written) if n != m]
         self._last_lens = lens_list
         if changed:
             if width > self.array.shape[1]:
