@@ -68,7 +68,7 @@ def section_peers(folder: Path) -> Section:
                        f"{r['output_tokens_per_s_max']:.1f})", f"{r['ttft_s_mean']:.2f}", f"{r['tpot_s_mean']:.4f}",
              f"{r['e2e_latency_s_mean']:.2f}", f"{r['wall_s']:.0f}"] for r in data["rows"]]
     notes = folder / "notes.md"
-    gaps = token_gaps(folder)
+    gaps = token_gaps(folder, data.get("setting"))
     return Section(render("peers_section.md.j2", title=step(STEP).title, data=data, rate=data.get("rate"),
                           max_output_len=data.get("max_output_len"), rows=rows,
                           overhead=overhead_rows(data["overhead"]), versus=versus(data.get("runs", {})),
@@ -78,16 +78,17 @@ def section_peers(folder: Path) -> Section:
                           else folder, notes=notes.read_text() if notes.is_file() else ""), has_runs=True)
 
 
-def token_gaps(folder: Path) -> dict | None:
+def token_gaps(folder: Path, setting: dict | None) -> dict | None:
     """Each row's TPOT split into the first gap and the rest (`tpot_split`), and our paged server's figures
-    over vLLM's paired by round when both ran; None when no run has token times."""
+    over vLLM's paired by round when both ran (rows named by the study's `setting`); None when no run has
+    token times."""
     runs = tpot_split.study_runs(folder)
     if not runs:
         return None
     rows = [[row, *tpot_split.cells(runs[row]), str(len(runs[row]))] for row in sorted(runs)]
-    pair = tpot_split.VERSUS_VLLM
+    pair = tpot_split.versus_vllm(setting) if setting and "vllm_block_size" in setting else None
     ratios = None
-    if all(p in runs for p in pair):
+    if pair and all(p in runs for p in pair):
         ratios = {key: {"mean": sum(v) / len(v), "values": v}
                   for key, v in tpot_split.paired(runs[pair[0]], runs[pair[1]]).items()}
     return {"header": tpot_split.HEADER, "rows": rows, "versus_vllm": ratios}

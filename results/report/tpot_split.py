@@ -30,7 +30,6 @@ import numpy as np
 import pandas as pd
 
 FIGURES = ("tpot_ms", "first_gap_ms", "tpot_rest_ms", "itl_ms")
-VERSUS_VLLM = ("vllm (HTTP)", "paged-32 (HTTP)")   # the study's vLLM row, and our paged server beside it
 HEADER = ["row", "TPOT ms", "first gap ms", "TPOT, first gap out, ms", "ITL ms", "rounds"]
 
 
@@ -47,6 +46,11 @@ def split(token_times, output_lens=None) -> dict[str, float]:
             "first_gap_ms": 1e3 * float(np.mean([t[1] - t[0] for t in times])),
             "tpot_rest_ms": 1e3 * float(np.mean(rest)) if rest else float("nan"),
             "itl_ms": 1e3 * float(np.mean(np.concatenate([np.diff(t) for t in times])))}
+
+
+def versus_vllm(setting: dict) -> tuple[str, str]:
+    """The study's vLLM row and our paged server's row beside it, named by vLLM's block size (its `setting`)."""
+    return "vllm (HTTP)", f"paged-{setting['vllm_block_size']} (HTTP)"
 
 
 def folder_name(row: str) -> str:

@@ -38,10 +38,10 @@ def test_requests_with_fewer_than_two_times_are_left_out_and_none_is_an_error():
 
 
 def test_run_folders_are_named_as_the_study_names_them():
-    from pagedbench.studies.peers import OURS_BESIDE_VLLM
+    from pagedbench.studies.peers import OURS_BESIDE_VLLM, VLLM_BLOCK
 
     assert all(tpot_split.folder_name(row.name) == slug(row) for row in ROWS)
-    assert tpot_split.VERSUS_VLLM == ("vllm (HTTP)", OURS_BESIDE_VLLM)
+    assert tpot_split.versus_vllm({"vllm_block_size": VLLM_BLOCK}) == ("vllm (HTTP)", OURS_BESIDE_VLLM)
 
 
 def write_run(folder, times, output_lens=None):
@@ -83,7 +83,10 @@ def test_the_report_section_shows_the_split_and_ours_over_vllm(tmp_path):
     results = {"paged-32 (HTTP)": runs, "vllm (HTTP)": runs}
     rows, overhead = table(results, 1)
     (tmp_path / "peers.json").write_text(json.dumps({"command": "c", "requests": 1, "max_output_len": 0, "rate": None,
-                                                     "rounds": 1, "rows": rows, "overhead": overhead, "runs": results}))
+                                                     "rounds": 1, "rows": rows, "overhead": overhead, "runs": results,
+                                                     "setting": {"model": "tiny", "block_size": 16, "threads": 1,
+                                                                 "vllm_block_size": 32, "kv_mib": 64,
+                                                                 "max_num_seqs": 256, "max_num_batched_tokens": 2048}}))
     assert "Where the TPOT goes" not in section_peers(tmp_path).text
     write_run(tmp_path / "round0" / slug(by_name("vllm (HTTP)")), [[0.0, 0.2, 0.22, 0.24]])
     write_run(tmp_path / "round0" / slug(by_name("paged-32 (HTTP)")), [[0.0, 0.4, 0.41, 0.42]])
