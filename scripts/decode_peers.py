@@ -30,10 +30,11 @@ import sys
 
 from pagedbench.studies import peers
 
-ROWS = (peers.Row("vllm (HTTP)", "vllm", True, block=peers.VLLM_BLOCK),
-        peers.Row("paged-32 (HTTP)", "paged", True, block=peers.VLLM_BLOCK),
+# The study's vLLM row and our paged server beside it (not its sim row: a sim step has no wall time), and our
+# paged engine at vLLM's block size in process.
+ROWS = (*(r for r in peers.BESIDE_VLLM if not r.sim),
         peers.Row("paged-32 (in process)", "paged", False, block=peers.VLLM_BLOCK))
-VLLM, OURS = ROWS[0].name, ROWS[1].name
+VLLM = ROWS[0].name
 FIGURES = ("tpot_s_mean", "output_tokens_per_s", "ttft_s_mean")
 
 

@@ -89,8 +89,7 @@ def token_gaps(folder: Path, setting: dict | None) -> dict | None:
     pair = tpot_split.versus_vllm(setting) if setting and "vllm_block_size" in setting else None
     ratios = None
     if pair and all(p in runs for p in pair):
-        ratios = {key: {"mean": sum(v) / len(v), "values": v}
-                  for key, v in tpot_split.paired(runs[pair[0]], runs[pair[1]]).items()}
+        ratios = {key: sum(v) / len(v) for key, v in tpot_split.paired(runs[pair[0]], runs[pair[1]]).items()}
     return {"header": tpot_split.HEADER, "rows": rows, "versus_vllm": ratios}
 
 
