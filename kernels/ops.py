@@ -10,8 +10,8 @@ CPU backend) never imports triton. The Triton set's two prefills are one kernel
 cached prefix, read through the block table, then causally over themselves) and
 `prefill_attention` (the same without a prefix: every engine's plain prefill, all
 sequences in one launch, in the cache's dtype). The "cpu" set (kernels/cpu_native.py)
-is decode attention and the KV write in C (read in place), the plain prefill as one masked
-`baddbmm` per sequence, and the references' prefix prefill and block copies.
+is decode attention and the KV write in C (read in place), the plain prefill in torch tile by
+tile (causal: no key past a tile scored), and the references' prefix prefill and block copies.
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def resolve(impl: str = "auto", device: str = "auto") -> str:
 
 
 def load_ops(impl: str = "auto", device: str = "auto") -> KernelOps:
-    """impl: "torch" (references), "cpu" (C decode attention and KV write, a baddbmm prefill, the rest references'),
+    """impl: "torch" (references), "cpu" (C decode attention and KV write, a tiled prefill, the rest references'),
     "triton" (kernels; CUDA, or TRITON_INTERPRET=1 on CPU), "auto" (`resolve`)."""
     impl = resolve(impl, device)
     from pagedbench.kernels import reference

@@ -3,7 +3,7 @@
     python scripts/cpu_backend_bench.py gemm        # F.linear against oneDNN with the weight packed once
     python scripts/cpu_backend_bench.py attention   # paged decode: the per-sequence loop against batched forms
     python scripts/cpu_backend_bench.py attention --compiled   # and one padded form compiled by torch.compile
-    python scripts/cpu_backend_bench.py prefill     # causal prefill: the reference's fused SDPA against baddbmm
+    python scripts/cpu_backend_bench.py prefill     # causal prefill: the reference's fused SDPA, the whole square, tiles
     python scripts/cpu_backend_bench.py argmax      # a greedy step's argmax: torch's against numpy's (the executor's)
 
 `gemm`: the tiny model's linears (the LM head 50,272 x 256, q/k/v/out 256 x 256, fc1 1,024 x 256, fc2 256 x
@@ -14,10 +14,11 @@ row's blocks in place (kernels/cpu_native.py, what the backend runs where it bui
 every row's blocks then the loop, a padded batch with one masked matmul, the loop with torch's fused SDPA per
 row, every row's blocks scored at once (one batched matmul over blocks, a segment softmax by scatter), and with
 --compiled a padded gather-and-attend compiled by torch.compile (inductor's C++ on a CPU; compiled once, before
-the timing, ~20 s). `prefill`: one layer's causal prefill (4 heads of 64) of packed sequences of 8 x 30,
-4 x 262 (the ShareGPT trace's mean prompt), 600 + 300 + 100 and 1,000 tokens: the reference (torch's fused SDPA
-per sequence) and the native set's (kernels/cpu_native.py: one masked `baddbmm`, a softmax and a product per
-sequence). `argmax`: the greedy token of each row of [rows, 50,272] fp32 logits at 1, 32 and 128 rows, by torch's
+the timing, ~20 s). `prefill`: one layer's causal prefill (4 heads of 64, and GQA's 8 query heads over 2) of packed sequences
+of 8 x 30, 4 x 262 (the ShareGPT trace's mean prompt), 600 + 300 + 100, 1,000 tokens, and 12 prompts of the
+trace's spread: the reference (torch's fused SDPA per sequence), the native set's form before it was tiled
+(one masked `baddbmm` over the whole square, a softmax and a product per sequence) and the native set's
+(kernels/cpu_native.py: query tiles scored against the keys up to each tile's end). `argmax`: the greedy token of each row of [rows, 50,272] fp32 logits at 1, 32 and 128 rows, by torch's
 `argmax` and by the executor's `greedy` (numpy's argmax on a CPU). Each form is checked equal to the reference
 first. Printed: min and median milliseconds of `--repeat` calls after three warm-up calls.
 """
@@ -182,20 +183,50 @@ def attention(repeat: int, compiled: bool = False) -> None:
             print(f"{name:<18} {rows:>4} {best:>8.3f} {median:>9.3f} {best / loop:>6.2f}x")
 
 
+def whole_square(query, key, value, cu_seqlens, scale, max_seqlen=None):
+    """The native set's prefill before it was tiled: per sequence, every query row scored against every key as
+    one batched product with the causal mask added (`baddbmm`, the masked half computed too), a softmax and
+    one product with V."""
+    out = torch.empty_like(query)
+    num_heads, num_kv_heads, head_dim = query.shape[1], key.shape[1], query.shape[2]
+    group = num_heads // num_kv_heads
+    bounds = cu_seqlens.tolist()
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        n = end - start
+        mask = torch.full((n, n), float("-inf")).triu_(1)
+        q = query[start:end].view(n, num_kv_heads, group, head_dim).permute(1, 2, 0, 3)
+        q = q.reshape(num_kv_heads, group * n, head_dim)
+        k = key[start:end].transpose(0, 1)
+        v = value[start:end].transpose(0, 1)
+        bias = mask.repeat(group, 1) if group > 1 else mask
+        scores = torch.baddbmm(bias.expand(num_kv_heads, -1, -1), q, k.transpose(1, 2), alpha=scale)
+        o = torch.matmul(torch.softmax(scores, dim=-1), v)
+        out[start:end] = o.view(num_kv_heads, group, n, head_dim).permute(2, 0, 1, 3).reshape(n, num_heads, head_dim)
+    return out
+
+
+PREFILL_LENGTHS = ([30] * 8, [262] * 4, [600, 300, 100], [1000],
+                   [898, 560, 37, 201, 150, 80, 500, 40, 37, 120, 300, 60])   # the last: 12 prompts of the trace's spread
+
+
 def prefill(repeat: int) -> None:
-    forms = {"SDPA (reference)": reference.prefill_attention, "baddbmm (native set)": cpu_native.prefill_attention}
-    print(f"{'form':<22} {'tokens':>16} {'ms':>8} {'(median)':>9} {'/ SDPA':>7}")
-    for lens in ([30] * 8, [262] * 4, [600, 300, 100], [1000]):
-        cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
-        q, k, v = (torch.randn(sum(lens), 4, 64) for _ in range(3))
-        expected = reference.prefill_attention(q, k, v, cu, 0.125)
-        first = None
-        for name, form in forms.items():
-            torch.testing.assert_close(form(q, k, v, cu, 0.125), expected, atol=1e-5, rtol=1e-5)
-            best, median = timed(lambda: form(q, k, v, cu, 0.125), repeat)
-            first = first or best
-            shown = f"{len(lens)} x {lens[0]}" if len(set(lens)) == 1 else "+".join(map(str, lens))
-            print(f"{name:<22} {shown:>16} {best:>8.3f} {median:>9.3f} {best / first:>6.2f}x")
+    forms = {"SDPA (reference)": reference.prefill_attention, "whole square (before)": whole_square,
+             "tiled (native set)": cpu_native.prefill_attention}
+    print(f"{'form':<22} {'heads':>5} {'tokens':>16} {'ms':>8} {'(median)':>9} {'/ SDPA':>7}")
+    for heads, kv_heads in ((4, 4), (8, 2)):
+        for lens in PREFILL_LENGTHS:
+            cu = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()], dtype=torch.int32)
+            q = torch.randn(sum(lens), heads, 64)
+            k, v = (torch.randn(sum(lens), kv_heads, 64) for _ in range(2))
+            expected = reference.prefill_attention(q, k, v, cu, 0.125)
+            first = None
+            for name, form in forms.items():
+                torch.testing.assert_close(form(q, k, v, cu, 0.125), expected, atol=1e-5, rtol=1e-5)
+                best, median = timed(lambda: form(q, k, v, cu, 0.125), repeat)
+                first = first or best
+                shown = f"{len(lens)} x {lens[0]}" if len(set(lens)) == 1 else "+".join(map(str, lens))
+                shown = shown if len(shown) <= 16 else f"{len(lens)} mixed, {sum(lens)}"
+                print(f"{name:<22} {heads}/{kv_heads:<3} {shown:>16} {best:>8.3f} {median:>9.3f} {best / first:>6.2f}x")
 
 
 def argmax(repeat: int) -> None:

@@ -158,7 +158,9 @@ def test_without_a_working_compiler_auto_falls_back_to_the_references(tmp_path, 
     assert why in done.stdout
 
 
-PREFILL_CASES = covering(2, heads=HEADS, head_dim=[8, 64, 80], lens=[(1,), (17, 0, 5), (100, 33)], dtype=DTYPES)
+# (100, 33) and (193, 0, 96): sequences of one, two and three query tiles, the last one short or whole.
+PREFILL_CASES = covering(2, heads=HEADS, head_dim=[8, 64, 80], lens=[(1,), (17, 0, 5), (100, 33), (193, 0, 96)],
+                         dtype=DTYPES)
 
 
 @pytest.mark.parametrize("case", PREFILL_CASES, ids=case_id)
@@ -174,11 +176,12 @@ def test_prefill_matches_reference(case):
     torch.testing.assert_close(out, reference.prefill_attention(q, k, v, cu, dim ** -0.5), **TOLERANCE[case["dtype"]])
 
 
-def test_prefill_is_causal():
-    """A later token's K and V never reach an earlier token's output."""
-    q, k, v = (torch.randn(6, 2, 8) for _ in range(3))
-    cu = torch.tensor([0, 6], dtype=torch.int32)
+@pytest.mark.parametrize("length, changed", [(6, 4), (2 * cpu_native.PREFILL_TILE + 9, cpu_native.PREFILL_TILE + 3)])
+def test_prefill_is_causal(length, changed):
+    """A later token's K and V never reach an earlier token's output, within a query tile and across tiles."""
+    q, k, v = (torch.randn(length, 2, 8) for _ in range(3))
+    cu = torch.tensor([0, length], dtype=torch.int32)
     before = cpu_native.prefill_attention(q, k, v, cu, 0.3)
-    k[4:], v[4:] = torch.randn(2, 2, 8), torch.randn(2, 2, 8)
+    k[changed:], v[changed:] = torch.randn(length - changed, 2, 8), torch.randn(length - changed, 2, 8)
     after = cpu_native.prefill_attention(q, k, v, cu, 0.3)
-    assert torch.equal(before[:4], after[:4]) and not torch.equal(before[4:], after[4:])
+    assert torch.equal(before[:changed], after[:changed]) and not torch.equal(before[changed:], after[changed:])
