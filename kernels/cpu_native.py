@@ -246,8 +246,8 @@ def prefill_attention(query: torch.Tensor,       # [num_tokens, num_heads, head_
     (one batched product over the heads), the causal mask added to its own square, a softmax and one product
     with V, written in place into the output. Keys past a tile are never scored, so the products do about half
     the work of a whole square, and a tile's scores stay in the core's cache. On one CPU thread this ran
-    1.7-3.8x faster than one masked product per sequence at 262 to 1,000 tokens (GQA included) and 1.2x slower
-    at 30 (`python scripts/cpu_backend_bench.py prefill`)."""
+    1.3-4.7x faster than one masked product per sequence at 262 to 1,000 tokens (MHA and GQA), and up to 1.23x
+    slower at 8 x 30 tokens (`python scripts/cpu_backend_bench.py prefill`; docs/performance.md)."""
     out = torch.empty_like(query)
     num_heads, num_kv_heads, head_dim = query.shape[1], key.shape[1], query.shape[2]
     group = num_heads // num_kv_heads
