@@ -3,7 +3,7 @@
     python scripts/cpu_backend_bench.py gemm        # F.linear against oneDNN with the weight packed once
     python scripts/cpu_backend_bench.py attention   # paged decode: the per-sequence loop against batched forms
     python scripts/cpu_backend_bench.py attention --compiled   # and one padded form compiled by torch.compile
-    python scripts/cpu_backend_bench.py prefill     # causal prefill: the reference's fused SDPA, the whole square, tiles
+    python scripts/cpu_backend_bench.py prefill     # causal prefill: fused SDPA, the whole square, tiles
     python scripts/cpu_backend_bench.py argmax      # a greedy step's argmax: torch's against numpy's (the executor's)
 
 `gemm`: the tiny model's linears (the LM head 50,272 x 256, q/k/v/out 256 x 256, fc1 1,024 x 256, fc2 256 x
@@ -14,11 +14,12 @@ row's blocks in place (kernels/cpu_native.py, what the backend runs where it bui
 every row's blocks then the loop, a padded batch with one masked matmul, the loop with torch's fused SDPA per
 row, every row's blocks scored at once (one batched matmul over blocks, a segment softmax by scatter), and with
 --compiled a padded gather-and-attend compiled by torch.compile (inductor's C++ on a CPU; compiled once, before
-the timing, ~20 s). `prefill`: one layer's causal prefill (4 heads of 64, and GQA's 8 query heads over 2) of packed sequences
-of 8 x 30, 4 x 262 (the ShareGPT trace's mean prompt), 600 + 300 + 100, 1,000 tokens, and 12 prompts of the
-trace's spread: the reference (torch's fused SDPA per sequence), the native set's form before it was tiled
-(one masked `baddbmm` over the whole square, a softmax and a product per sequence) and the native set's
-(kernels/cpu_native.py: query tiles scored against the keys up to each tile's end). `argmax`: the greedy token of each row of [rows, 50,272] fp32 logits at 1, 32 and 128 rows, by torch's
+the timing, ~20 s). `prefill`: one layer's causal prefill (4 heads of 64, and GQA's 8 query heads over 2) of
+packed sequences of 8 x 30, 4 x 262 (the ShareGPT trace's mean prompt), 600 + 300 + 100, 1,000 tokens, and 12
+prompts of the trace's spread: the reference (torch's fused SDPA per sequence), the native set's form before it
+was tiled (one masked `baddbmm` over the whole square, a softmax and a product per sequence) and the native
+set's (kernels/cpu_native.py: query tiles scored against the keys up to each tile's end). `argmax`: the greedy
+token of each row of [rows, 50,272] fp32 logits at 1, 32 and 128 rows, by torch's
 `argmax` and by the executor's `greedy` (numpy's argmax on a CPU). Each form is checked equal to the reference
 first. Printed: min and median milliseconds of `--repeat` calls after three warm-up calls.
 """
@@ -206,7 +207,7 @@ def whole_square(query, key, value, cu_seqlens, scale, max_seqlen=None):
 
 
 PREFILL_LENGTHS = ([30] * 8, [262] * 4, [600, 300, 100], [1000],
-                   [898, 560, 37, 201, 150, 80, 500, 40, 37, 120, 300, 60])   # the last: 12 prompts of the trace's spread
+                   [898, 560, 37, 201, 150, 80, 500, 40, 37, 120, 300, 60])   # 12 prompts of the trace's spread
 
 
 def prefill(repeat: int) -> None:
