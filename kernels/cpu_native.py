@@ -171,6 +171,8 @@ def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, 
                            scale: float,
                            num_splits: int = 1,          # split-K partitions (a Triton tuning knob; ignored here)
                            num_stages: int | None = None,  # load pipelining stages (Triton only; ignored here)
+                           num_warps: int | None = None,   # warps per program (Triton only; ignored here)
+                           table_loads: str = "position",  # block-table loads per position or block (ignored here)
                            ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context, read in place through its block table."""
     lens = _decode_inputs(query, k_cache, v_cache, context_lens, "[num_blocks, block_size, num_kv_heads, head_dim]")
@@ -195,6 +197,7 @@ def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_he
                                 scale: float,
                                 num_splits: int = 1,          # split-K partitions (ignored here)
                                 num_stages: int | None = None,  # load pipelining stages (ignored here)
+                                num_warps: int | None = None,   # warps per program (ignored here)
                                 ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context at (start, length) in the arena, in place."""
     lens = _decode_inputs(query, k_cache, v_cache, context_lens, "[num_slots, num_kv_heads, head_dim]")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 IMPLS = ("torch", "cpu", "triton", "auto")
+TABLE_LOADS = ("position", "block")   # the paged decode kernel's block-table loads: one per position, or per block
 
 
 @dataclass(frozen=True, slots=True)

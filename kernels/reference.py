@@ -56,6 +56,8 @@ def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, 
                            scale: float,
                            num_splits: int = 1,          # split-K partitions (a Triton tuning knob; ignored here)
                            num_stages: int | None = None,  # load pipelining stages (Triton only; ignored here)
+                           num_warps: int | None = None,   # warps per program (Triton only; ignored here)
+                           table_loads: str = "position",  # block-table loads per position or block (ignored here)
                            ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context, read through its block table."""
     block_size = k_cache.shape[1]
@@ -89,6 +91,7 @@ def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_he
                                 scale: float,
                                 num_splits: int = 1,          # split-K partitions (ignored here)
                                 num_stages: int | None = None,  # load pipelining stages (ignored here)
+                                num_warps: int | None = None,   # warps per program (ignored here)
                                 ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context at (start, length) in the arena."""
     out = torch.empty_like(query)

@@ -9,7 +9,9 @@ difference is address translation (`_token_slots`, chosen by the PAGED constexpr
 The context is read in tiles of TILE positions whatever the block size, so a tile
 may span many small blocks (one block-table entry per position) or sit inside one
 large block. The block size is a runtime shift, and the group size and head_dim are
-runtime masks over power-of-two padded ranges, so few variants get compiled. A
+runtime masks over power-of-two padded ranges, so few variants get compiled. A tuning
+variant, `table_loads="block"`, loads each block's table entry once per tile (the block
+size then a constexpr: one variant per block size) instead of once per position. A
 program handles one (sequence, KV head, split) and all query heads sharing that KV
 head, so GQA/MQA read each K/V row once; the group is padded to 16 rows for tl.dot.
 Softmax is online, in fp32, in base 2.
@@ -25,6 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
+from pagedbench.kernels.ops import TABLE_LOADS
 from pagedbench.kernels.triton_launch import (check_cache_pair, check_contiguous, check_device, check_float, check_int,
                                    check_last_dim_dense, online_softmax_step, pow2)
 
@@ -35,21 +38,41 @@ MAX_SPLITS = 16
 
 
 @triton.jit
-def _token_slots(pos,                # [TILE] int32 positions in the sequence
+def _token_slots(pos,                # [TILE] int32 positions in the sequence: tile_start + arange(TILE)
                  valid,              # [TILE] bool, pos < end
+                 tile_start,         # int32, a multiple of TILE
+                 end,                # int32, one past the last position read
                  seq,                # int64 sequence index
                  block_tables_ptr,   # [num_seqs, max_blocks_per_seq] int32 (PAGED)
                  seq_starts_ptr,     # [num_seqs] int64 (not PAGED)
                  stride_table_seq,
                  block_shift,        # log2(block_size)
-                 PAGED: tl.constexpr):
+                 PAGED: tl.constexpr,
+                 TABLE_PER_BLOCK: tl.constexpr,   # PAGED: one table load per block, not one per position
+                 BLOCK_SIZE: tl.constexpr,        # TABLE_PER_BLOCK: the block size (1 otherwise: no variants)
+                 TILE: tl.constexpr):
     """Flat cache slot of each position: the single difference between paged and contiguous."""
     if PAGED:
-        block_index = pos >> block_shift
-        block = tl.load(block_tables_ptr + seq * stride_table_seq + block_index, mask=valid, other=0)
-        return (block.to(tl.int64) << block_shift) + (pos - (block_index << block_shift))
+        table = block_tables_ptr + seq * stride_table_seq
+        if TABLE_PER_BLOCK:
+            if BLOCK_SIZE >= TILE:
+                # Tiles start at multiples of TILE and blocks at multiples of BLOCK_SIZE (both powers of two), so
+                # the tile lies inside one block, and its first position is valid: one scalar load.
+                block = tl.load(table + tile_start // BLOCK_SIZE)
+                slots = block.to(tl.int64) * BLOCK_SIZE + (pos % BLOCK_SIZE)
+            else:
+                # TILE // BLOCK_SIZE whole blocks: their entries in one load, each spread over its block's slots.
+                index = tile_start // BLOCK_SIZE + tl.arange(0, TILE // BLOCK_SIZE)
+                blocks = tl.load(table + index, mask=index * BLOCK_SIZE < end, other=0)
+                slots = tl.reshape(blocks.to(tl.int64)[:, None] * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)[None, :],
+                                   [TILE])
+        else:
+            block_index = pos >> block_shift
+            block = tl.load(table + block_index, mask=valid, other=0)
+            slots = (block.to(tl.int64) << block_shift) + (pos - (block_index << block_shift))
     else:
-        return tl.load(seq_starts_ptr + seq) + pos.to(tl.int64)
+        slots = tl.load(seq_starts_ptr + seq) + pos.to(tl.int64)
+    return slots
 
 
 @triton.jit(do_not_specialize=["group", "block_shift", "stride_table_seq"])   # fewer compiled variants
@@ -72,6 +95,7 @@ def _decode_kernel(
     stride_cache_slot, stride_cache_head,
     GROUP_PAD: tl.constexpr, HEAD_DIM_PAD: tl.constexpr, TILE: tl.constexpr,
     PAGED: tl.constexpr, SPLIT: tl.constexpr,
+    TABLE_PER_BLOCK: tl.constexpr, BLOCK_SIZE: tl.constexpr,   # see _token_slots
     DOT_PRECISION: tl.constexpr,   # "ieee" for an fp32 cache (no tf32 rounding), else the default
 ):
     seq = tl.program_id(0).to(tl.int64)
@@ -99,8 +123,8 @@ def _decode_kernel(
     for tile_start in range(start, end, TILE):
         pos = tile_start + tl.arange(0, TILE)
         valid = pos < end
-        slots = _token_slots(pos, valid, seq, block_tables_ptr, seq_starts_ptr, stride_table_seq, block_shift,
-                              PAGED)
+        slots = _token_slots(pos, valid, tile_start, end, seq, block_tables_ptr, seq_starts_ptr, stride_table_seq,
+                             block_shift, PAGED, TABLE_PER_BLOCK, BLOCK_SIZE, TILE)
         kv_offsets = slots[:, None] * stride_cache_slot + kv_head * stride_cache_head + dims[None, :]
         kv_mask = valid[:, None] & dim_ok[None, :]
         k = tl.load(k_cache_ptr + kv_offsets, mask=kv_mask, other=0.0)            # [TILE, HEAD_DIM_PAD]
@@ -159,8 +183,11 @@ def _num_sms(device: torch.device) -> int:
     return 8   # the interpreter has no SMs; any small number exercises the split path
 
 
+DEFAULT_NUM_WARPS = 4
+
+
 def _launch(query, k_cache, v_cache, block_tables, seq_starts, context_lens, scale, num_splits, paged,
-            num_stages=None):
+            num_stages=None, num_warps=None, table_loads="position"):
     num_seqs, num_heads, head_dim = query.shape
     num_kv_heads = k_cache.shape[-2]
     check_float("query", query)
@@ -176,6 +203,10 @@ def _launch(query, k_cache, v_cache, block_tables, seq_starts, context_lens, sca
         raise ValueError(f"context_lens must have shape ({num_seqs},), got {tuple(context_lens.shape)}")
     if num_splits < 0:
         raise ValueError(f"num_splits must be >= 0 (0 = choose), got {num_splits}")
+    if num_warps is not None and (num_warps < 1 or num_warps & (num_warps - 1) or num_warps > 32):
+        raise ValueError(f"num_warps must be a power of two from 1 to 32 (None = {DEFAULT_NUM_WARPS}), got {num_warps}")
+    if table_loads not in TABLE_LOADS:
+        raise ValueError(f"table_loads must be one of {TABLE_LOADS}, got {table_loads!r}")
     addressing = block_tables if paged else seq_starts
     if paged:
         check_int("block_tables", block_tables, (torch.int32,))
@@ -216,8 +247,10 @@ def _launch(query, k_cache, v_cache, block_tables, seq_starts, context_lens, sca
         GROUP_PAD=max(MIN_GROUP_ROWS, pow2(group)), HEAD_DIM_PAD=head_dim_pad,
         TILE=64 if head_dim_pad <= 128 else 32,
         PAGED=paged, SPLIT=num_splits > 1,
+        TABLE_PER_BLOCK=paged and table_loads == "block",
+        BLOCK_SIZE=block_size if paged and table_loads == "block" else 1,
         DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
-        num_warps=4,
+        num_warps=num_warps or DEFAULT_NUM_WARPS,
         # Software pipelining of the K/V loads (Triton's num_stages); None keeps Triton's default.
         **({} if num_stages is None else {"num_stages": num_stages}),
     )
@@ -237,14 +270,19 @@ def paged_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, 
                            scale: float,
                            num_splits: int = 1,          # split-K partitions; 0 = choose_num_splits
                            num_stages: int | None = None,  # load pipelining stages; None = Triton's default
+                           num_warps: int | None = None,   # warps per program; None = DEFAULT_NUM_WARPS
+                           table_loads: str = "position",  # block-table loads: one per "position" or per "block"
                            ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context, read through its block table.
 
     block_tables must hold ceil(context_len / block_size) valid blocks per sequence; entries past
     that are never read. Not checked here: that would need a host sync.
+    `table_loads="block"` reads each block's table entry once per tile (one vector load of the tile's
+    blocks, or one scalar where a block holds the tile) instead of once per position; it compiles one
+    variant per block size. Both read the same slots, so they give the same results.
     """
     return _launch(query, k_cache, v_cache, block_tables, None, context_lens, scale, num_splits, paged=True,
-                   num_stages=num_stages)
+                   num_stages=num_stages, num_warps=num_warps, table_loads=table_loads)
 
 
 def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_heads, head_dim]
@@ -255,7 +293,8 @@ def contiguous_decode_attention(query: torch.Tensor,         # [num_seqs, num_he
                                 scale: float,
                                 num_splits: int = 1,          # split-K partitions; 0 = choose_num_splits
                                 num_stages: int | None = None,  # load pipelining stages; None = Triton's default
+                                num_warps: int | None = None,   # warps per program; None = DEFAULT_NUM_WARPS
                                 ) -> torch.Tensor:            # [num_seqs, num_heads, head_dim]
     """One query token per sequence attending over its context at (start, length) in the arena."""
     return _launch(query, k_cache, v_cache, None, seq_starts, context_lens, scale, num_splits, paged=False,
-                   num_stages=num_stages)
+                   num_stages=num_stages, num_warps=num_warps)

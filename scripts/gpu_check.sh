@@ -35,7 +35,9 @@ DRY_RUN="${DRY_RUN:-0}"
 TRACE="${TRACE:-data/traces/sharegpt_16_seed2.jsonl}"   # the first 16 requests of sharegpt_64_seed2
 if [ "$DRY_RUN" = 1 ]; then
     MODEL=tiny; DTYPE=float32; PRESET=dry-run-fitted; PROFILE_ARGS="--quick --repeats 2"
-    BENCH_ARGS="--batches 2 --context-lens 64 --block-sizes 8 16 --num-stages 0 2"; KV="backend.cpu_kv_budget_mib=64"
+    BENCH_ARGS="--batches 2 --context-lens 64 --block-sizes 8 16 --num-stages 0 2 --num-warps 0 2"
+    BENCH_ARGS="$BENCH_ARGS --table-loads position block"
+    KV="backend.cpu_kv_budget_mib=64"
     PROFILE_LIMIT=400; BENCH_LIMIT=110   # a CPU is slow; the GPU's limits are below
     SWAP_TOKENS=256
     export TRITON_INTERPRET=1
@@ -72,7 +74,7 @@ if [ "$DRY_RUN" = 1 ]; then   # what the GPU steps will hold at their peak on th
 fi
 
 KERNEL_TESTS="tests/kernels tests/real/test_decode_graphs.py"   # and the decode step captured as CUDA graphs
-[ "$DRY_RUN" = 1 ] && KERNEL_TESTS="tests/kernels/test_decode_attention.py -k stages"
+[ "$DRY_RUN" = 1 ] && KERNEL_TESTS="tests/kernels/test_decode_attention.py -k knob"   # the tuning knobs
 # pytest.ini options of the project (--benchmark-disable) need pytest-benchmark: carried when missing.
 step kernel_tests 90 "$PY" -m pytest $KERNEL_TESTS -q -p no:cacheprovider --junitxml="$OUTDIR/kernel_tests.xml"
 step kernel_bench "${BENCH_LIMIT:-80}" "$PY" -m pagedbench.studies.kernel_bench --out "$OUTDIR/kernels" $BENCH_ARGS

@@ -2,6 +2,8 @@
 
     python -m pagedbench.studies.kernel_bench --out DIR  # DIR/kernel_bench.{csv,json}: paged/contiguous ratios
     python -m pagedbench.studies.kernel_bench --out DIR --num-stages 0 2 3 4     # the pipelining knob (0: default)
+    python -m pagedbench.studies.kernel_bench --out DIR --num-warps 0 2 8 --table-loads position block
+                                                         # warps per program (0: default); paged block-table loads
     python -m pagedbench.studies.kernel_bench --out DIR --flex --batches 32 --context-lens 1024 4096 --block-sizes 16
 
 Beside each paged/contiguous pair it times torch's own SDPA on the same
@@ -44,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from pagedbench.kernels.ops import load_ops
+from pagedbench.kernels.ops import TABLE_LOADS, load_ops
 from pagedbench.studies.flex_paged import flex_paged_decode_attention, paged_block_mask
 from pagedbench.studies.row_log import RowLog
 from pagedbench.studies.memory_plan import (FREE_FRACTION, WORKSPACE_BYTES, StepPlan, device_memory, gib, host_available_bytes,
@@ -143,7 +145,8 @@ def input_budget(free: int) -> int:
 
 
 def decode_calls(layout: str, batch: int, context_len: int, block_size: int = 16, num_splits: int = 1,
-                 num_stages: int | None = None, num_copies: int | None = None) -> list:
+                 num_stages: int | None = None, num_copies: int | None = None, num_warps: int | None = None,
+                 table_loads: str = "position") -> list:
     """One call of the decode kernel per copy of its inputs (`sdpa`: torch's attention on dense K/V; `flex`:
     torch's flex_attention on the paged inputs, studies/flex_paged.py); `num_copies` copies, or as many as
     overflow L2."""
@@ -153,7 +156,8 @@ def decode_calls(layout: str, batch: int, context_len: int, block_size: int = 16
         if layout == "paged":
             args = paged_inputs(batch, context_len, block_size)
             calls.append(lambda args=args: ops.paged_decode_attention(*args, num_splits=num_splits,
-                                                                      num_stages=num_stages))
+                                                                      num_stages=num_stages, num_warps=num_warps,
+                                                                      table_loads=table_loads))
         elif layout == "flex":     # flex_attention over the same paged inputs, its block mask built here
             args = paged_inputs(batch, context_len, block_size)
             mask = paged_block_mask(args[3], args[4], args[1].shape[0], block_size)
@@ -161,7 +165,8 @@ def decode_calls(layout: str, batch: int, context_len: int, block_size: int = 16
         elif layout == "contiguous":
             args = contiguous_inputs(batch, context_len)
             calls.append(lambda args=args: ops.contiguous_decode_attention(*args, num_splits=num_splits,
-                                                                           num_stages=num_stages))
+                                                                           num_stages=num_stages,
+                                                                           num_warps=num_warps))
         else:
             query, k, v, _, _, scale = contiguous_inputs(batch, context_len)
             heads, kv_heads, dim = SHAPE["num_heads"], SHAPE["num_kv_heads"], SHAPE["head_dim"]
@@ -255,15 +260,17 @@ def resolve_splits(num_splits: int, batch: int, context_len: int) -> int:
 
 def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), ceiling_gbps=None,
           rows_csv: Path | None = None, skipped: list[str] | None = None, read_gbps=None,
-          flex: bool = False) -> list[dict]:
-    """Paged and contiguous decode latency per (batch, context, pipelining stages, block size), with the
-    paged/contiguous ratio, torch SDPA's time on the same K/V, and bandwidth against the read-only stream
-    (`read_gbps`), the copy ceiling and the datasheet peak.
+          flex: bool = False, warps=(0,), table_loads=("position",)) -> list[dict]:
+    """Paged and contiguous decode latency per (batch, context, pipelining stages, warps, block size, paged
+    block-table loads), with the paged/contiguous ratio, torch SDPA's time on the same K/V, and bandwidth against
+    the read-only stream (`read_gbps`), the copy ceiling and the datasheet peak. A stage or warp count of 0 is
+    the kernel's default (recorded as "default").
     `flex`: flex_attention's paged decode on the same paged inputs too, per block size (its time, paged / flex,
     and its share of the read-only stream), or its error where it fails.
     Each row is appended to `rows_csv` (flushed) as it is measured; a case whose inputs do not fit the
     memory free is skipped and named in `skipped`."""
     rows = []
+    flex_by_case: dict[tuple, dict] = {}   # flex has none of the kernel's knobs: timed once per (batch, context, block)
     budget = input_budget(free_bytes())
     with RowLog(rows_csv) as log:
         for batch, context_len in ((b, c) for b in batches for c in context_lens):
@@ -278,21 +285,23 @@ def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), 
             if fit < want:
                 print(f"batch {batch} context {context_len}: {fit} copies of its inputs fit of the {want} that "
                       f"overflow L2; K/V may come partly from L2", flush=True)
-            for stage in stages:
-                num_stages = stage or None
+            for stage, warp in ((st, w) for st in stages for w in warps):
+                num_stages, num_warps = stage or None, warp or None
                 splits = resolve_splits(num_splits, batch, context_len)
                 kv_bytes = kv_bytes_read(batch, context_len)
                 base = time_us(decode_calls("contiguous", batch, context_len, num_splits=splits,
-                                            num_stages=num_stages, num_copies=fit))
+                                            num_stages=num_stages, num_copies=fit, num_warps=num_warps))
                 base_bw = bandwidth(kv_bytes, base["mean_us"])
                 sdpa = time_us(decode_calls("sdpa", batch, context_len, num_copies=fit))
                 sdpa_bw = bandwidth(kv_bytes, sdpa["mean_us"])
-                for block_size in block_sizes:
+                for block_size, loads in ((b, t) for b in block_sizes for t in table_loads):
                     t = time_us(decode_calls("paged", batch, context_len, block_size, num_splits=splits,
-                                             num_stages=num_stages, num_copies=fit))
+                                             num_stages=num_stages, num_copies=fit, num_warps=num_warps,
+                                             table_loads=loads))
                     bw = bandwidth(kv_bytes, t["mean_us"])
                     rows.append(dict(
                         batch=batch, context_len=context_len, num_stages=stage or "default", block_size=block_size,
+                        num_warps=warp or "default", table_loads=loads,
                         num_splits=splits, sdpa_mean_us=sdpa["mean_us"],
                         paged_over_sdpa=t["mean_us"] / sdpa["mean_us"],
                         paged_ceiling_fraction=bw["gbps"] / ceiling_gbps if ceiling_gbps else None,
@@ -308,10 +317,15 @@ def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), 
                         sdpa_read_fraction=sdpa_bw["gbps"] / read_gbps if read_gbps else None,
                         copies=fit))
                     if flex:
-                        rows[-1].update(flex_columns(batch, context_len, block_size, fit, kv_bytes, t["mean_us"],
-                                                     read_gbps))
+                        case = (batch, context_len, block_size)
+                        if case not in flex_by_case:
+                            flex_by_case[case] = flex_columns(batch, context_len, block_size, fit, kv_bytes, read_gbps)
+                        flex_row = flex_by_case[case]
+                        rows[-1].update(flex_row, paged_over_flex=t["mean_us"] / flex_row["flex_mean_us"]
+                                        if flex_row["flex_mean_us"] else None)
                     log.append(rows[-1])
-                    print(f"batch {batch:3d} context {context_len:5d} stages {stage or '-'} block {block_size:3d}: "
+                    print(f"batch {batch:3d} context {context_len:5d} stages {stage or '-'} warps {warp or '-'} "
+                          f"block {block_size:3d} table/{loads}: "
                           f"paged {t['mean_us']:9.1f} us, sdpa {sdpa['mean_us']:9.1f} us, "
                           f"contiguous {base['mean_us']:9.1f} us, ratio {rows[-1]['paged_over_contiguous']:.3f}, "
                           f"paged {bw['gbps']:7.1f} GB/s", flush=True)
@@ -320,19 +334,18 @@ def sweep(batches, context_lens, block_sizes, num_splits: int = 1, stages=(0,), 
     return rows
 
 
-def flex_columns(batch: int, context_len: int, block_size: int, fit: int, kv_bytes: int, paged_us: float,
+def flex_columns(batch: int, context_len: int, block_size: int, fit: int, kv_bytes: int,
                  read_gbps: float | None) -> dict:
-    """flex_attention's time on the case's paged inputs, paged / flex, and flex's share of the read-only stream;
-    where flex fails (an old torch, a compile error), its error instead of the figures."""
+    """flex_attention's time on the case's paged inputs and its share of the read-only stream (the sweep adds
+    paged / flex per row); where flex fails (an old torch, a compile error), its error instead of the figures."""
     try:
         f = time_us(decode_calls("flex", batch, context_len, block_size, num_copies=fit))
     except Exception as err:    # an outside reference: its failure is recorded, the sweep goes on
         print(f"batch {batch} context {context_len} block {block_size}: flex_attention failed: {err!r}", flush=True)
-        return dict(flex_mean_us=None, paged_over_flex=None, flex_read_fraction=None,
-                    flex_error=f"{type(err).__name__}: {err}"[:300])
+        return dict(flex_mean_us=None, flex_read_fraction=None, flex_error=f"{type(err).__name__}: {err}"[:300])
     gbps = bandwidth(kv_bytes, f["mean_us"])["gbps"]
-    return dict(flex_mean_us=f["mean_us"], paged_over_flex=paged_us / f["mean_us"],
-                flex_read_fraction=gbps / read_gbps if read_gbps else None, flex_error="")
+    return dict(flex_mean_us=f["mean_us"], flex_read_fraction=gbps / read_gbps if read_gbps else None,
+                flex_error="")
 
 
 def plan(device: str, batches, context_lens, block_sizes) -> StepPlan:
@@ -371,6 +384,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-splits", type=int, default=1, help="split-K partitions (1 = single pass, 0 = choose)")
     parser.add_argument("--num-stages", type=int, nargs="+", default=[0],
                         help="Triton load-pipelining stages to try (0 = Triton's default)")
+    parser.add_argument("--num-warps", type=int, nargs="+", default=[0],
+                        help="warps per program to try (0 = the kernel's default)")
+    parser.add_argument("--table-loads", nargs="+", default=["position"], choices=TABLE_LOADS,
+                        help="the paged kernel's block-table loads to try: one per position read (the default) "
+                             "or one per block")
     parser.add_argument("--flex", action="store_true", help="also time torch's flex_attention on the paged inputs "
                         "(a second outside reference, compiled on a GPU: one compile per case)")
     parser.add_argument("--plan", metavar="HARDWARE", help="print the planned peak device memory on this GPU "
@@ -391,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
           f"ceiling)", flush=True)
     skipped: list[str] = []
     rows = sweep(batches, context_lens, block_sizes, args.num_splits, args.num_stages, ceiling,
-                 rows_csv=args.out / "kernel_bench.rows.csv", skipped=skipped, read_gbps=read, flex=args.flex)
+                 rows_csv=args.out / "kernel_bench.rows.csv", skipped=skipped, read_gbps=read, flex=args.flex,
+                 warps=args.num_warps, table_loads=args.table_loads)
     if not rows:
         print("error: no case fits the memory free; nothing measured", file=sys.stderr)
         return 2

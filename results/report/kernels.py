@@ -44,9 +44,24 @@ def kernel_rows(bench: pd.DataFrame, peak_gbps: float) -> list[list[str]]:
     return rows
 
 
+# Tuning knobs of later sweeps, each at its default value: records made before a knob was swept lack its column.
+KNOB_DEFAULTS = {"num_warps": "default", "table_loads": "position"}
+CSV_TYPES = {"num_stages": str, "num_warps": str}
+
+
+def at_default_knobs(bench: pd.DataFrame) -> pd.DataFrame:
+    """The rows at each later knob's default (KNOB_DEFAULTS), every pipelining setting."""
+    keep = pd.Series(True, index=bench.index)
+    for column, default in KNOB_DEFAULTS.items():
+        if column in bench:
+            keep &= bench[column] == default
+    return bench[keep]
+
+
 def at_default(bench: pd.DataFrame) -> pd.DataFrame:
-    """The rows at Triton's default pipelining."""
-    return bench[bench["num_stages"] == "default"]
+    """The rows at Triton's default pipelining and every later knob's default."""
+    default = at_default_knobs(bench)
+    return default[default["num_stages"] == "default"]
 
 
 def default_at(bench: pd.DataFrame) -> pd.DataFrame:
@@ -57,7 +72,7 @@ def default_at(bench: pd.DataFrame) -> pd.DataFrame:
 
 def stage_ranges(bench: pd.DataFrame) -> list[dict]:
     """The paged/contiguous ratio's range over every case, per pipelining setting (the default first)."""
-    ratio = bench.groupby("num_stages")["paged_over_contiguous"]
+    ratio = at_default_knobs(bench).groupby("num_stages")["paged_over_contiguous"]
     low, high = ratio.min(), ratio.max()
     order = sorted(low.index, key=lambda s: (s != "default", s))
     return [{"stages": stages, "low": low[stages], "high": high[stages]} for stages in order]
@@ -68,7 +83,7 @@ def gpu_values(folder: Path) -> dict | None:
     bench_path = folder / "kernels" / "kernel_bench.csv"
     if not bench_path.is_file():
         return None
-    bench = pd.read_csv(bench_path, dtype={"num_stages": str})
+    bench = pd.read_csv(bench_path, dtype=CSV_TYPES)
     meta = bench_meta(folder)
     profile = json.loads(next((folder / "profile").glob("*.json")).read_text())
     summary = json.loads(next((folder / "replay").glob("*/real_1/summary.json")).read_text())

@@ -77,6 +77,39 @@ def test_query_may_be_a_strided_slice(triton_decode, device):
     torch.testing.assert_close(got, reference.paged_decode_attention(x.query, *paged, x.context_lens, x.scale))
 
 
+# Block 8 and 16: a tile of 64 positions spans 8 or 4 blocks (one vector load of their entries); 64 and 128: the
+# tile lies inside one block (one scalar load); 1: one entry per position either way. Lengths end mid-block and
+# mid-tile; num_splits 3 starts parts past position 0.
+@pytest.mark.parametrize("block_size", [1, 8, 16, 64, 128])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("num_splits", [1, 3])
+def test_knob_table_loads_per_block_read_the_same_slots(triton_decode, device, block_size, dtype, num_splits):
+    x = decode_inputs(3, 333, 4, 2, 80, dtype, device)
+    paged = paged_cache(x, block_size)
+    want = reference.paged_decode_attention(x.query, *paged, x.context_lens, x.scale)
+    got = triton_decode.paged_decode_attention(x.query, *paged, x.context_lens, x.scale, num_splits,
+                                               table_loads="block")
+    torch.testing.assert_close(got, want, **TOLERANCE[dtype])
+    # and to the bit what the default (one table load per position) gives
+    torch.testing.assert_close(got, triton_decode.paged_decode_attention(x.query, *paged, x.context_lens, x.scale,
+                                                                         num_splits), atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("num_warps", [1, 2, 8])
+def test_knob_num_warps_changes_speed_not_results(triton_decode, device, num_warps):
+    """num_warps is a tuning knob of both kernels and of the references' signature."""
+    x = decode_inputs(2, 150, 4, 1, 64, torch.float32, device)
+    paged, arena = paged_cache(x, 16), arena_cache(x)
+    want = reference.paged_decode_attention(x.query, *paged, x.context_lens, x.scale, num_warps=num_warps,
+                                            table_loads="block")
+    got_paged = triton_decode.paged_decode_attention(x.query, *paged, x.context_lens, x.scale, num_warps=num_warps,
+                                                     table_loads="block")
+    got_contiguous = triton_decode.contiguous_decode_attention(x.query, *arena, x.context_lens, x.scale,
+                                                               num_warps=num_warps)
+    torch.testing.assert_close(got_paged, want, **TOLERANCE[torch.float32])
+    torch.testing.assert_close(got_contiguous, want, **TOLERANCE[torch.float32])
+
+
 def test_launcher_rejects_bad_inputs(triton_decode, device):
     x = decode_inputs(2, 17, 4, 2, 64, torch.float32, device)
     k_cache, v_cache, block_tables = paged_cache(x, 8)
@@ -91,6 +124,10 @@ def test_launcher_rejects_bad_inputs(triton_decode, device):
         call(x.query, k_cache, v_cache.half(), block_tables, x.context_lens, x.scale)
     with pytest.raises(ValueError, match="4 dims"):
         call(x.query, k_cache.flatten(0, 1), v_cache.flatten(0, 1), block_tables, x.context_lens, x.scale)
+    with pytest.raises(ValueError, match="num_warps"):
+        call(x.query, k_cache, v_cache, block_tables, x.context_lens, x.scale, num_warps=3)
+    with pytest.raises(ValueError, match="table_loads"):
+        call(x.query, k_cache, v_cache, block_tables, x.context_lens, x.scale, table_loads="tile")
 
 
 def test_empty_batch_returns_an_empty_output(triton_decode, device):
@@ -102,7 +139,7 @@ def test_empty_batch_returns_an_empty_output(triton_decode, device):
 
 
 @pytest.mark.parametrize("num_stages", [1, 2, 4])
-def test_pipelining_stages_change_speed_not_results(triton_decode, device, num_stages):
+def test_knob_pipelining_stages_change_speed_not_results(triton_decode, device, num_stages):
     """num_stages (Triton's load pipelining) is a tuning knob of both kernels and of the references' signature."""
     x = decode_inputs(2, 300, 4, 2, 64, torch.float32, device)
     paged, arena = paged_cache(x, 16), arena_cache(x)

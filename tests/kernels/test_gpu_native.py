@@ -1,6 +1,7 @@
 """The kernels compiled for a CUDA device (no interpreter), on a wider grid than the CPU suite runs:
-every power-of-two block size to 256, head_dim 96, bf16, long contexts, the split heuristic, model-sized
-batches, slots past 2^31 elements (int64 offsets), and prefix prefill over long shared prefixes."""
+every power-of-two block size to 256, head_dim 96, bf16, long contexts, the split heuristic, both block-table
+load modes, model-sized batches, slots past 2^31 elements (int64 offsets), and prefix prefill over long shared
+prefixes."""
 import pytest
 import torch
 
@@ -12,7 +13,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 
 CASES = covering(2, block_size=[1, 2, 4, 8, 16, 32, 64, 128, 256], heads=[(8, 8), (32, 8), (8, 1), (12, 12)],
                  head_dim=[64, 80, 96, 128], longest=[1, 17, 1025, 4097], batch=[1, 7, 32],
-                 dtype=[torch.float32, torch.float16, torch.bfloat16], num_splits=[1, 0, 4])
+                 dtype=[torch.float32, torch.float16, torch.bfloat16], num_splits=[1, 0, 4],
+                 table_loads=["position", "block"])
 # (context_lens, new tokens) per sequence
 PREFIX_LAYOUTS = {
     "shared_prefix": ((1024,) * 4, (200, 1, 77, 513)),             # one long cached prompt, varied suffixes
@@ -37,7 +39,8 @@ def test_native_decode_matches_reference(triton_decode, case):
     x = decode_inputs(case["batch"], case["longest"], num_heads, num_kv_heads, case["head_dim"], case["dtype"], "cuda")
     tolerance = TOLERANCE[case["dtype"]]
     paged = paged_cache(x, case["block_size"])
-    got = triton_decode.paged_decode_attention(x.query, *paged, x.context_lens, x.scale, case["num_splits"])
+    got = triton_decode.paged_decode_attention(x.query, *paged, x.context_lens, x.scale, case["num_splits"],
+                                               table_loads=case["table_loads"])
     torch.testing.assert_close(got, reference.paged_decode_attention(x.query, *paged, x.context_lens, x.scale),
                                **tolerance)
     arena = arena_cache(x)
@@ -63,11 +66,13 @@ def test_native_write_and_decode_past_2_pow_31_elements(triton_decode):
     write_kv(x.keys[0], x.values[0], k_cache, v_cache, slots)
     assert torch.equal(k_cache.view(-1, num_kv_heads, head_dim)[slots], x.keys[0])
     block_tables = torch.tensor([blocks], dtype=torch.int32, device="cuda")
-    got = triton_decode.paged_decode_attention(x.query, k_cache, v_cache, block_tables, x.context_lens, x.scale)
     want = reference.contiguous_decode_attention(x.query, x.keys[0], x.values[0],
                                                  torch.zeros(1, dtype=torch.int64, device="cuda"),
                                                  x.context_lens, x.scale)
-    torch.testing.assert_close(got, want, **TOLERANCE[torch.float16])
+    for loads in ("position", "block"):
+        got = triton_decode.paged_decode_attention(x.query, k_cache, v_cache, block_tables, x.context_lens, x.scale,
+                                                   table_loads=loads)
+        torch.testing.assert_close(got, want, **TOLERANCE[torch.float16])
 
 
 @pytest.mark.parametrize("case", PREFIX_CASES, ids=case_id)

@@ -37,6 +37,25 @@ def test_the_section_follows_its_records(tmp_path):
     assert f"{bench.loc[row, 'paged_over_contiguous']:.3f}" in text
 
 
+def test_rows_of_later_knobs_away_from_their_defaults_stay_out_of_the_tables(tmp_path):
+    """A sweep of warps and block-table loads adds rows beside the default ones; the kernel table and the
+    pipelining ranges read the defaults only (records older than those knobs have neither column)."""
+    folder = tmp_path / "gpu"
+    shutil.copytree(GPU_RUNS, folder)
+    path = folder / "kernels" / "kernel_bench.csv"
+    bench = pd.read_csv(path, dtype={"num_stages": str})
+    before = kernels(folder)
+    tuned = bench.assign(num_warps="8", table_loads="block", paged_mean_us=98765.4, paged_over_contiguous=54.321)
+    pd.concat([bench.assign(num_warps="default", table_loads="position"), tuned]).to_csv(path, index=False)
+    after = kernels(folder)
+    assert "98765.4" not in after and "9.88e+04" not in after and "54.321" not in after
+    assert after == before
+    # the same rows named as the defaults do come in
+    pd.concat([bench.assign(num_warps="default", table_loads="position"),
+               tuned.assign(num_warps="default", table_loads="position")]).to_csv(path, index=False)
+    assert "54.321" in kernels(folder)
+
+
 def test_without_a_kept_gpu_check_the_section_says_so(tmp_path):
     text = kernels(tmp_path / "none")
     assert "No GPU check is kept with this report." in text
