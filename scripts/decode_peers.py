@@ -75,11 +75,7 @@ def summarize(results: dict[tuple[int, str], list[dict]], batches: list[int]) ->
             runs = results.get((batch, row.name), [])
             if not runs:
                 continue
-            entry = {"batch": batch, "row": row.name, "rounds": len(runs)}
-            for key in FIGURES:
-                values = [r[key] for r in runs]
-                entry[key] = sum(values) / len(values)
-                entry[f"{key}_min"], entry[f"{key}_max"] = min(values), max(values)
+            entry = {"batch": batch, "row": row.name, "rounds": len(runs), **peers.spread(runs, FIGURES)}
             if row.name != VLLM and theirs:
                 pairs = [a["tpot_s_mean"] / b["tpot_s_mean"] for a, b in zip(runs, theirs)]
                 entry["tpot_over_vllm"] = pairs

@@ -365,20 +365,24 @@ def slug(row: Row) -> str:
     return row.name.replace(" (", "_").replace(")", "").replace(" ", "_").lower()
 
 
+def spread(runs: list[dict], keys=FIGURES) -> dict:
+    """Each figure's mean over the rounds' runs, and its min and max as KEY_min and KEY_max."""
+    entry = {}
+    for key in keys:
+        values = [r[key] for r in runs]
+        entry[key] = sum(values) / len(values)
+        entry[f"{key}_min"], entry[f"{key}_max"] = min(values), max(values)
+    return entry
+
+
 def table(results: dict[str, list[dict]], rounds: int) -> tuple[list[dict], list[dict]]:
     """Per row: mean and min-max of each figure over the rounds; per engine: the paired HTTP / in-process
     throughput ratios."""
     rows = []
     for row in ROWS:
         runs = results.get(row.name, [])
-        if not runs:
-            continue
-        entry = {"row": row.name, "rounds": len(runs)}
-        for key in FIGURES:
-            values = [r[key] for r in runs]
-            entry[key] = sum(values) / len(values)
-            entry[f"{key}_min"], entry[f"{key}_max"] = min(values), max(values)
-        rows.append(entry)
+        if runs:
+            rows.append({"row": row.name, "rounds": len(runs), **spread(runs)})
     overhead = []
     for engine in (*ENGINES, "transformers"):
         inproc = [r for r in ROWS if r.engine == engine and not r.http][0].name
