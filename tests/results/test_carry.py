@@ -129,6 +129,31 @@ def test_the_clock_fed_keys_are_what_moves_on_a_warped_clock(tmp_path):
         assert ((reqs["finish_s"] >= reqs["arrival_s"]) | reqs["finish_s"].isna()).all()
 
 
+def test_a_time_weighted_mean_moved_only_in_its_last_bit_is_clock_fed(tmp_path):
+    """A constant series' time-weighted mean: the clock moves it only through the rounding of its weights' sums.
+    On this table the large bends leave it equal to the bit and a tiny one moves its last bit (two reruns of the
+    replay study differed so, and the carry had called it a difference)."""
+    import numpy as np
+
+    from pagedbench.results.record.summary import summarize
+    from tests.results.test_metrics_timelines import ITERATIONS, REQS
+
+    iterations = ITERATIONS.assign(duration_s=ITERATIONS["duration_s"]
+                                   * (1 + np.random.default_rng(0).random(len(ITERATIONS)) * 1e-3), reservation=7)
+    plain = summarize(iterations, REQS)["mem_reservation"]
+    moved = {bend: summarize(*carry.warped(iterations, REQS, bend))["mem_reservation"]
+             for bend in (0.5, 1.0, 3.0, 1e-8, 1e-7, 1e-6, 1e-4)}
+    if any(moved[bend] != plain for bend in (0.5, 1.0, 3.0)) or all(v == plain for v in moved.values()):
+        pytest.skip("this platform's sums round the table otherwise: the case does not arise")
+    run = tmp_path / "run"
+    run.mkdir()
+    iterations.to_parquet(run / "iterations.parquet")
+    REQS.to_parquet(run / "requests.parquet")
+    (run / "summary.json").write_text(json.dumps({"x": 1}))
+    assert "run/summary.json:mem_reservation" in carry.clock_fed(tmp_path)
+    assert "run/summary.json:num_requests" not in carry.clock_fed(tmp_path)
+
+
 def test_the_records_worktree_gets_this_checkouts_vllm_environment_linked(tmp_path, monkeypatch):
     checkout, tree = tmp_path / "checkout", tmp_path / "tree"
     (checkout / ".venv-vllm" / "bin").mkdir(parents=True)
