@@ -15,7 +15,7 @@ import yaml
 from pagedbench.engines import registry
 from pagedbench.results.report.section import Section, shown, step_missing, typed_command
 from pagedbench.results.report.replay_table import format_table, misses, targets
-from pagedbench.results.report.markdown import num, pct, table
+from pagedbench.results.report.markdown import num, table
 from pagedbench.results.report.template import render
 from pagedbench.results.report.read import read_parquet
 
@@ -77,26 +77,58 @@ def outside_reference(static: Path | None, hf: Path | None) -> tuple[dict | None
             "same_requests": run["num_requests"] == reference["num_requests"]}, []
 
 
+def real_rounds(folder: Path) -> dict[str, dict[int, dict]]:
+    """Each engine's runs in `folder` by round (the runs' `round`, from `+round=...` in the step's sweep; 0 where a
+    run has none): engine label -> round -> summary."""
+    out: dict[str, dict[int, dict]] = {}
+    for path in sorted(folder.glob("*/summary.json")):
+        summary = json.loads(path.read_text())
+        meta = path.parent / "run.json"
+        config = json.loads(meta.read_text()).get("config", {}) if meta.is_file() else {}
+        rounds = out.setdefault(summary["engine"], {})
+        at = int(config.get("round", 0))
+        if at in rounds:
+            raise ValueError(f"{folder}: two {summary['engine']} runs in round {at}: give each run a round")
+        rounds[at] = summary
+    return out
+
+
+def spread(values: list[float], spec: str, suffix: str = "") -> str:
+    """A mean, and its min-max where the values differ as shown: "3.17x (2.50-4.00)"."""
+    low, high = num(min(values), spec), num(max(values), spec)
+    text = f"{num(sum(values) / len(values), spec)}{suffix}"
+    return text if low == high else f"{text} ({low}-{high})"
+
+
 def section_real(folder: Path, static_reference: Path | None = None, hf_generate: Path | None = None) -> Section:
-    """The real backend's runs on this machine's CPU, one per engine: throughput, batch and memory, paged over
-    the others, and what a decode step costs by its batch; with `static_reference` and `hf_generate`, our static
-    engine beside transformers `generate` on the same requests."""
-    runs = sorted(folder.glob("*/summary.json")) if folder.is_dir() else []
-    if not runs:
+    """The real backend's runs on this machine's CPU, each engine once per round, the rounds interleaved:
+    throughput, batch and memory as a mean (min-max) over the rounds, paged over the others paired by round, and
+    what a decode step costs by its batch; with `static_reference` and `hf_generate`, our static engine beside
+    transformers `generate` on the same requests."""
+    by_engine = real_rounds(folder) if folder.is_dir() else {}
+    if not by_engine:
         return Section(not_run=[step_missing("real_cpu", folder)])
     reference, missing = outside_reference(static_reference, hf_generate)
-    summaries = {json.loads(p.read_text())["engine"]: json.loads(p.read_text()) for p in runs}
-    ordered = sorted(summaries.items(), key=lambda kv: registry.rank(kv[0]))
-    rows = [[e, num(s["output_tokens_per_s"], ".1f"), num(s["mean_batch_size"], ".2f"), pct(s["mem_token_states"]),
-             pct(s["mem_waiting_token_states"]), num(s["wall_s"], ".0f")] for e, s in ordered]
-    paged = summaries.get("paged")
-    ratios = [(base, paged["output_tokens_per_s"] / summaries[base]["output_tokens_per_s"])
-              for base in (registry.label("static"), registry.label("orca_max")) if paged and base in summaries]
+    ordered = sorted(by_engine.items(), key=lambda kv: registry.rank(kv[0]))
+
+    def column(runs: dict[int, dict], key: str, spec: str, scale: float = 1.0) -> str:
+        return spread([scale * s[key] for s in runs.values()], spec)
+    rows = [[e, column(r, "output_tokens_per_s", ".1f"), column(r, "mean_batch_size", ".2f"),
+             column(r, "mem_token_states", ".1f", 100), column(r, "mem_waiting_token_states", ".1f", 100),
+             column(r, "wall_s", ".0f")] for e, r in ordered]
+    paged = by_engine.get("paged", {})
+    ratios = []
+    for base in (registry.label("static"), registry.label("orca_max")):
+        pairs = [paged[r]["output_tokens_per_s"] / runs[r]["output_tokens_per_s"]
+                 for runs in [by_engine.get(base, {})] for r in sorted(set(paged) & set(runs))]
+        if pairs:
+            ratios.append((base, spread(pairs, ".2f", "x"), ", ".join(f"{p:.2f}x" for p in pairs)))
     steps = step_times(folder)
-    config = ordered[0][1]
+    config = next(iter(ordered[0][1].values()))
     text = render("backend_real.md.j2", command=typed_command("real_cpu"), folder=shown(folder),
                   requests=config.get("num_requests"), kv_slots=config.get("kv_budget_slots"),
                   kv_budget_mib=(config.get("kv_budget_bytes") or math.nan) / 2 ** 20,
+                  rounds=max(len(r) for r in by_engine.values()),
                   table=table(["engine", "output tok/s", "mean decode batch", "token states %",
                                "token states % while waiting", "wall s"], rows), ratios=ratios,
                   steps=table(["decode rows", "iterations", "mean step (ms)", "ms per sequence"], steps) if steps

@@ -34,7 +34,9 @@ rows, when every step that feeds it (steps.yaml `section` and `also`) is current
 made by this code in the step's scope, read at the commits that made them where the code differs), and its
 steps are not run; every other section is made again, and so are all the steps that feed it. The README's
 results block is a section of its own (the headline steps). So a fix to the real backend reruns the timed steps
-and leaves the sim's sections as they are, on a clean clone too.
+and leaves the sim's sections as they are, on a clean clone too. `--update --steps NAME` makes NAME's sections
+again though they are current (the report records each step's code, not its command: a step whose command
+changed in steps.yaml is named so), with every step that feeds them.
 """
 from __future__ import annotations
 
@@ -187,16 +189,17 @@ def times_table(stamps: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def needed(earlier: Earlier, steps: list[Step]) -> set[str]:
-    """The steps an update must run: those not current in the `earlier` report, and every step that feeds a
-    part (a section, or the README's results block) that one of them feeds, until no part is half made from
-    records run again; and all the steps of a section the earlier report lacks."""
+def needed(earlier: Earlier, steps: list[Step], force: frozenset[str] = frozenset()) -> set[str]:
+    """The steps an update must run: those not current in the `earlier` report, those in `force` (named with
+    --steps: a changed command, a measurement to make again), and every step that feeds a part (a section, or the
+    README's results block) that one of them feeds, until no part is half made from records run again; and all
+    the steps of a section the earlier report lacks."""
     from pagedbench.results.report.headline import HEADLINE_STEPS
 
     names = {s.name for s in steps}
     sections = {x for step in steps for x in (step.section, *step.also)}
     feeding = {x: {step.name for step in steps if x in (step.section, *step.also)} for x in sections}
-    need = names - earlier.current()
+    need = (names - earlier.current()) | (names & force)
     for section, part in feeding.items():
         if earlier.heading(section) is None:
             need |= part
@@ -313,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--launcher", help="the sim sweeps' Hydra launcher (conf/hydra/launcher: local, slurm; "
                                            "basic: in the sweep's own process, the quick build's default)")
     parser.add_argument("--steps", help="comma-separated step names to run (default: all); the report is rendered "
-                                        "from whatever records are current")
+                                        "from whatever records are current; with --update: made again though "
+                                        "current, with the other steps of their sections")
     parser.add_argument("--list", action="store_true", help="list the steps and whether their records are current "
                                                             "(with --update: whether an update runs or keeps them)")
     parser.add_argument("--render-only", action="store_true", help="run nothing: render from the records there are")
@@ -350,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
                   "run the whole build", file=sys.stderr)
             return 2
         earlier = Earlier(Path(out).read_text(), Path(out).parent, codes, steps)
-        need = needed(earlier, steps)
+        need = needed(earlier, steps, frozenset(names) if args.steps else frozenset())
+        chosen = [s for s in order(steps) if s.name in need]   # a named step brings the steps of its sections
     if args.list:    # with --update: whether the update keeps the step's sections or runs it
         for step in steps:
             if need is not None:

@@ -36,3 +36,32 @@ def test_the_real_section_sets_our_static_engine_beside_transformers_generate_fr
     summary(tmp_path / "static_reference" / "engine=static,x", "static", 239.3, requests=12)
     (tmp_path / "static_reference" / "engine=static" / "summary.json").unlink()
     assert "records do not match" in section_real(tmp_path / "real_cpu", tmp_path / "static_reference", hf).text
+
+
+def run_in_round(folder: Path, engine: str, tok_s: float, round_: int) -> None:
+    summary(folder, engine, tok_s, 100)
+    (folder / "run.json").write_text(json.dumps({"config": {"round": round_}}))
+
+
+def test_rounds_give_each_figure_its_spread_and_the_ratios_paired_by_round(tmp_path):
+    """Each engine once per round: every figure a mean (min-max), and paged over each baseline paired round by
+    round, not a ratio of means."""
+    speeds = {"static": (100.0, 200.0, 150.0), "orca-max": (150.0, 300.0, 150.0), "paged": (300.0, 500.0, 600.0)}
+    for engine, by_round in speeds.items():
+        for r, tok_s in enumerate(by_round):
+            run_in_round(tmp_path / "real_cpu" / f"+round={r},engine={engine}", engine, tok_s, r)
+    text = section_real(tmp_path / "real_cpu").text
+    assert "3 rounds, each running every engine once" in text
+    assert "| static | 150.0 (100.0-200.0) | 3.00 | 50.0 | 40.0 | 10 |" in text
+    assert "| paged | 466.7 (300.0-600.0) | 3.00 | 50.0 | 40.0 | 10 |" in text
+    # by round 3.00, 2.50, 4.00: mean 3.17 (a ratio of the means would read 3.11)
+    assert "paged / static output tokens/s: 3.17x (2.50-4.00), paired by round (3.00x, 2.50x, 4.00x)" in text
+    assert "paged / orca-max output tokens/s: 2.56x (1.67-4.00), paired by round (2.00x, 1.67x, 4.00x)" in text
+
+
+def test_two_runs_of_one_engine_in_one_round_are_refused(tmp_path):
+    import pytest
+    run_in_round(tmp_path / "real_cpu" / "a", "paged", 300.0, 0)
+    run_in_round(tmp_path / "real_cpu" / "b", "paged", 310.0, 0)
+    with pytest.raises(ValueError, match="two paged runs in round 0"):
+        section_real(tmp_path / "real_cpu")

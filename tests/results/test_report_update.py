@@ -115,6 +115,16 @@ def test_a_change_outside_the_sims_scope_makes_again_only_what_reads_the_timed_s
     assert {"capacity", "sampling", "beam", "batch_size", "chat"} <= sim - need
 
 
+@pytest.mark.shipped
+def test_a_step_named_to_an_update_is_made_again_with_its_sections_other_steps():
+    """The report records a step's code, not its command: a step whose command changed is named (--steps), and
+    the update makes it again, current though it is, with every other step of its section."""
+    earlier = write.Earlier(REPORT.read_text(), DOCS)
+    assert earlier.current() == {s.name for s in STEPS}
+    assert build.needed(earlier, STEPS, frozenset({"real_cpu"})) == {"real_cpu", "static_reference", "hf_generate"}
+    assert build.needed(earlier, STEPS, frozenset({"unknown"})) == set()
+
+
 def test_an_update_needs_a_report_to_keep_from(tmp_path, capsys):
     assert build.main(["--root", str(tmp_path), "--out", str(tmp_path / "R.md"), "--update", "--render-only"]) == 2
     assert "does not exist" in capsys.readouterr().err
