@@ -93,8 +93,13 @@ def real_rounds(folder: Path) -> dict[str, dict[int, dict]]:
     return out
 
 
-def spread(values: list[float], spec: str, suffix: str = "") -> str:
-    """A mean, and its min-max where the values differ as shown: "3.17x (2.50-4.00)"."""
+def spread(values: list[float | None], spec: str, suffix: str = "") -> str:
+    """A mean, and its min-max where the values differ as shown: "3.17x (2.50-4.00)"; over the values a run has
+    (a figure is null where its run had nothing to measure, as no iteration while requests waited), "n/a" where
+    none has one."""
+    values = [v for v in values if v is not None and not math.isnan(v)]
+    if not values:
+        return "n/a"
     low, high = num(min(values), spec), num(max(values), spec)
     text = f"{num(sum(values) / len(values), spec)}{suffix}"
     return text if low == high else f"{text} ({low}-{high})"
@@ -112,7 +117,7 @@ def section_real(folder: Path, static_reference: Path | None = None, hf_generate
     ordered = sorted(by_engine.items(), key=lambda kv: registry.rank(kv[0]))
 
     def column(runs: dict[int, dict], key: str, spec: str, scale: float = 1.0) -> str:
-        return spread([scale * s[key] for s in runs.values()], spec)
+        return spread([None if s.get(key) is None else scale * s[key] for s in runs.values()], spec)
     rows = [[e, column(r, "output_tokens_per_s", ".1f"), column(r, "mean_batch_size", ".2f"),
              column(r, "mem_token_states", ".1f", 100), column(r, "mem_waiting_token_states", ".1f", 100),
              column(r, "wall_s", ".0f")] for e, r in ordered]

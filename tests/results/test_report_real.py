@@ -59,6 +59,18 @@ def test_rounds_give_each_figure_its_spread_and_the_ratios_paired_by_round(tmp_p
     assert "paged / orca-max output tokens/s: 2.56x (1.67-4.00), paired by round (2.00x, 1.67x, 4.00x)" in text
 
 
+def test_a_figure_a_run_could_not_measure_is_left_out_of_its_spread(tmp_path):
+    """A short run has no iteration with requests waiting: its summary holds null there (NaN where read back)."""
+    for r, waiting in enumerate((None, 0.25, float("nan"))):
+        run_in_round(tmp_path / "real_cpu" / f"paged{r}", "paged", 300.0, r)
+        path = tmp_path / "real_cpu" / f"paged{r}" / "summary.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "mem_waiting_token_states": waiting}))
+    assert "| paged | 300.0 | 3.00 | 50.0 | 25.0 | 10 |" in section_real(tmp_path / "real_cpu").text
+    (tmp_path / "real_cpu" / "paged1" / "summary.json").write_text(json.dumps({
+        **json.loads((tmp_path / "real_cpu" / "paged0" / "summary.json").read_text())}))
+    assert "| paged | 300.0 | 3.00 | 50.0 | n/a | 10 |" in section_real(tmp_path / "real_cpu").text
+
+
 def test_two_runs_of_one_engine_in_one_round_are_refused(tmp_path):
     import pytest
     run_in_round(tmp_path / "real_cpu" / "a", "paged", 300.0, 0)
