@@ -13,6 +13,7 @@ import pandas as pd
 import yaml
 
 from pagedbench.engines import registry
+from pagedbench.results.report.bounds import ratio_cell
 from pagedbench.results.report.section import Section, shown, step_missing, typed_command
 from pagedbench.results.report.replay_table import format_table, misses, targets
 from pagedbench.results.report.markdown import num, table
@@ -93,15 +94,15 @@ def real_rounds(folder: Path) -> dict[str, dict[int, dict]]:
     return out
 
 
-def spread(values: list[float | None], spec: str, suffix: str = "") -> str:
-    """A mean, and its min-max where the values differ as shown: "3.17x (2.50-4.00)"; over the values a run has
+def spread(values: list[float | None], spec: str) -> str:
+    """A mean, and its min-max where the values differ as shown: "287.6 (258.9-303.2)"; over the values a run has
     (a figure is null where its run had nothing to measure, as no iteration while requests waited), "n/a" where
     none has one."""
     values = [v for v in values if v is not None and not math.isnan(v)]
     if not values:
         return "n/a"
     low, high = num(min(values), spec), num(max(values), spec)
-    text = f"{num(sum(values) / len(values), spec)}{suffix}"
+    text = num(sum(values) / len(values), spec)
     return text if low == high else f"{text} ({low}-{high})"
 
 
@@ -127,7 +128,7 @@ def section_real(folder: Path, static_reference: Path | None = None, hf_generate
         pairs = [paged[r]["output_tokens_per_s"] / runs[r]["output_tokens_per_s"]
                  for runs in [by_engine.get(base, {})] for r in sorted(set(paged) & set(runs))]
         if pairs:
-            ratios.append((base, spread(pairs, ".2f", "x"), ", ".join(f"{p:.2f}x" for p in pairs)))
+            ratios.append((base, ratio_cell(pd.Series(pairs)), ", ".join(f"{p:.2f}x" for p in pairs)))
     steps = step_times(folder)
     config = next(iter(ordered[0][1].values()))
     text = render("backend_real.md.j2", command=typed_command("real_cpu"), folder=shown(folder),
