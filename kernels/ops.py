@@ -20,6 +20,14 @@ from typing import Callable
 
 IMPLS = ("torch", "cpu", "triton", "auto")
 TABLE_LOADS = ("position", "block")   # the paged decode kernel's block-table loads: one per position, or per block
+DEFAULT_NUM_WARPS = 4                 # the Triton decode kernel's warps per program
+
+
+def num_warps_problem(num_warps: int | None) -> str | None:
+    """Why `num_warps` is no warp count for the Triton decode kernel (None: its default), or None if it is one."""
+    if num_warps is None or (1 <= num_warps <= 32 and not num_warps & (num_warps - 1)):
+        return None
+    return f"num_warps must be a power of two from 1 to 32 (None = {DEFAULT_NUM_WARPS}), got {num_warps}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,7 +27,7 @@ import torch
 import triton
 import triton.language as tl
 
-from pagedbench.kernels.ops import TABLE_LOADS
+from pagedbench.kernels.ops import DEFAULT_NUM_WARPS, TABLE_LOADS, num_warps_problem
 from pagedbench.kernels.triton_launch import (check_cache_pair, check_contiguous, check_device, check_float, check_int,
                                    check_last_dim_dense, online_softmax_step, pow2)
 
@@ -183,9 +183,6 @@ def _num_sms(device: torch.device) -> int:
     return 8   # the interpreter has no SMs; any small number exercises the split path
 
 
-DEFAULT_NUM_WARPS = 4
-
-
 def _launch(query, k_cache, v_cache, block_tables, seq_starts, context_lens, scale, num_splits, paged,
             num_stages=None, num_warps=None, table_loads="position"):
     num_seqs, num_heads, head_dim = query.shape
@@ -203,8 +200,9 @@ def _launch(query, k_cache, v_cache, block_tables, seq_starts, context_lens, sca
         raise ValueError(f"context_lens must have shape ({num_seqs},), got {tuple(context_lens.shape)}")
     if num_splits < 0:
         raise ValueError(f"num_splits must be >= 0 (0 = choose), got {num_splits}")
-    if num_warps is not None and (num_warps < 1 or num_warps & (num_warps - 1) or num_warps > 32):
-        raise ValueError(f"num_warps must be a power of two from 1 to 32 (None = {DEFAULT_NUM_WARPS}), got {num_warps}")
+    problem = num_warps_problem(num_warps)
+    if problem:
+        raise ValueError(problem)
     if table_loads not in TABLE_LOADS:
         raise ValueError(f"table_loads must be one of {TABLE_LOADS}, got {table_loads!r}")
     addressing = block_tables if paged else seq_starts
@@ -223,6 +221,7 @@ def _launch(query, k_cache, v_cache, block_tables, seq_starts, context_lens, sca
             raise ValueError(f"seq_starts must have shape ({num_seqs},), got {tuple(seq_starts.shape)}")
         block_size = 1
     check_device(_decode_kernel, query, k_cache, v_cache, addressing, context_lens)
+    per_block = paged and table_loads == "block"
     out = torch.empty((num_seqs, num_heads, head_dim), dtype=query.dtype, device=query.device)
     if num_seqs == 0:
         return out
@@ -247,8 +246,7 @@ def _launch(query, k_cache, v_cache, block_tables, seq_starts, context_lens, sca
         GROUP_PAD=max(MIN_GROUP_ROWS, pow2(group)), HEAD_DIM_PAD=head_dim_pad,
         TILE=64 if head_dim_pad <= 128 else 32,
         PAGED=paged, SPLIT=num_splits > 1,
-        TABLE_PER_BLOCK=paged and table_loads == "block",
-        BLOCK_SIZE=block_size if paged and table_loads == "block" else 1,
+        TABLE_PER_BLOCK=per_block, BLOCK_SIZE=block_size if per_block else 1,
         DOT_PRECISION="ieee" if k_cache.dtype == torch.float32 else "tf32",
         num_warps=num_warps or DEFAULT_NUM_WARPS,
         # Software pipelining of the K/V loads (Triton's num_stages); None keeps Triton's default.

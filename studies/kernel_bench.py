@@ -46,7 +46,7 @@ from pathlib import Path
 
 import torch
 
-from pagedbench.kernels.ops import TABLE_LOADS, load_ops
+from pagedbench.kernels.ops import TABLE_LOADS, load_ops, num_warps_problem
 from pagedbench.studies.flex_paged import flex_paged_decode_attention, paged_block_mask
 from pagedbench.studies.row_log import RowLog
 from pagedbench.studies.memory_plan import (FREE_FRACTION, WORKSPACE_BYTES, StepPlan, device_memory, gib, host_available_bytes,
@@ -401,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         return report(lambda: plan(args.plan, batches, context_lens, block_sizes))
     if args.out is None:
         parser.error("--out is required (unless --plan)")
+    for problem in {num_warps_problem(w) for w in args.num_warps if w} - {None}:   # before any timing
+        parser.error(f"--num-warps: {problem} (0 = the kernel's default)")
     args.out.mkdir(parents=True, exist_ok=True)
     ceiling = copy_ceiling_gbps()
     print(f"copy ceiling: {ceiling:.0f} GB/s (bytes read + written by one large copy)", flush=True)

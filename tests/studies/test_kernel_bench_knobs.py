@@ -33,3 +33,10 @@ def test_an_unknown_table_load_mode_is_refused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         kernel_bench.main(["--out", str(tmp_path), "--table-loads", "tile"])
     assert exit_.value.code == 2 and "invalid choice: 'tile'" in capsys.readouterr().err
+
+
+def test_a_warp_count_the_kernel_cannot_take_is_refused_before_any_timing(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(kernel_bench, "copy_ceiling_gbps", lambda: pytest.fail("timed before checking"))
+    with pytest.raises(SystemExit) as exit_:
+        kernel_bench.main(["--out", str(tmp_path), "--num-warps", "0", "3"])
+    assert exit_.value.code == 2 and "power of two from 1 to 32" in capsys.readouterr().err
