@@ -367,7 +367,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if need is not None:
         kept = [s.name for s in order(steps) if s.name not in need]
-        chosen = [s for s in chosen if s.name in need]
         for step in steps:    # records here of a kept step, made by other code, would be read: set them aside
             moved = None if step.name in need else set_aside(step, root, args.quick, codes[step.code])
             if moved:
